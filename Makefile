@@ -1,0 +1,43 @@
+# hooklint's two entry points: `make demo` and `make test` (README, Quick start).
+# Both create .venv, install CPU torch 2.13.0, hooklint and its test
+# dependencies, then run hooklint on the fixtures / the whole test suite.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch, named explicitly: a bare `torch` requirement would
+# pull the newest CUDA build (several GB).  On a machine without a local copy
+# of this wheel, point pip at PyTorch's CPU index:
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_SPEC ?= torch==2.13.0+cpu
+TORCH_INDEX ?=
+PIP_TORCH_FLAGS := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX),)
+STAMP := $(VENV)/.hooklint-installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup docs bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_TORCH_FLAGS) "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $(STAMP)
+
+# Findings are expected here (the fixtures are bad on purpose): exit 1 is the
+# demo working; exit 2 (an error) fails it.
+demo: $(STAMP)
+	$(BIN)/hooklint check fixtures/ || [ $$? -eq 1 ]
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+docs: $(STAMP)
+	$(BIN)/python -m hooklint.docs
+
+bench: $(STAMP)
+	$(BIN)/python bench/static_throughput.py
+
+clean:
+	rm -rf $(VENV) .hooklint_cache build dist *.egg-info

@@ -1,0 +1,3 @@
+from hooklint.cli import main
+
+raise SystemExit(main())

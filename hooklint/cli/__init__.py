@@ -1,0 +1,83 @@
+"""The ``hooklint`` command.
+
+Exit codes (the same for every subcommand that checks code):
+
+* 0: no findings (or all of them fixed), or ``--exit-zero``;
+* 1: findings, or an analysis that could not complete for some file (an
+  error line on stderr says which and why);
+* 2: the request itself was wrong: unknown option or rule, missing path, bad
+  configuration; or hooklint itself failed.  One line on stderr, no traceback
+  (set ``HOOKLINT_DEBUG=1`` to see it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from hooklint import __version__
+
+EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+_SUBCOMMANDS = ("check", "rule", "graph", "run", "report")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as every linter does
+        self.exit(EXIT_ERROR, f"hooklint: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hooklint", description="Find PyTorch hook bugs before they cost a training run.")
+    parser.add_argument("--version", action="version", version=f"hooklint {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in _SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"hooklint.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"hooklint.cli.{name}":
+                continue  # a layer not present in this build
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):
+            pass
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
+    try:
+        return args.handler(args)
+    except KeyboardInterrupt:
+        print("hooklint: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader (head, less) went away: not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001
+        from hooklint.config import ConfigError
+        from hooklint.engine import UsageError
+        from hooklint.rules import UnknownRuleError
+
+        if os.environ.get("HOOKLINT_DEBUG"):
+            raise
+        if isinstance(exc, (ConfigError, UsageError, UnknownRuleError)):
+            print(f"hooklint: error: {exc}", file=sys.stderr)
+        else:
+            print(f"hooklint: internal error: {type(exc).__name__}: {exc} "
+                  f"(HOOKLINT_DEBUG=1 shows the traceback; please report it)", file=sys.stderr)
+        return EXIT_ERROR

@@ -1,0 +1,146 @@
+"""``hooklint check [PATHS]``: lint files for hook bugs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from hooklint.cli.options import (
+    add_file_options,
+    add_output_options,
+    add_selection_options,
+    config_from_args,
+    write_output,
+)
+from hooklint.engine import CheckOptions, run_check
+from hooklint.findings import NoticeLevel, Report
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "check",
+        help="Check files or folders for hook bugs.",
+        description="Check Python files for PyTorch hook bugs. Without --static-only, nn.Module classes in "
+        "the files are also imported (in a subprocess, with a timeout) and traced with torch.fx when torch "
+        "is installed.",
+    )
+    p.add_argument("paths", nargs="*", default=None, metavar="PATH", help="Files or folders (default: .).")
+    add_selection_options(p)
+    add_file_options(p)
+    add_output_options(p)
+    g = p.add_argument_group("behaviour")
+    g.add_argument("--static-only", action="store_true",
+                   help="Never import or run the checked code (no graph analysis).")
+    g.add_argument("--no-prefilter", dest="prefilter", action="store_false",
+                   help="Parse every file, even those whose text cannot hold a finding.")
+    g.add_argument("--statistics", action="store_true", help="Print counts per rule instead of findings.")
+    g.add_argument("--exit-zero", action="store_true", help="Exit 0 even when there are findings.")
+    g.add_argument("-q", "--quiet", action="store_true", help="Print findings only: no summary, no notices.")
+    p.set_defaults(handler=run)
+    _extend_parser(p)
+
+
+# Layers that add options to `check` (graph analysis, fixes, parallelism).  Each
+# may define add_check_options(parser) and configure_check(options, args).
+_PLUGIN_MODULES = ("hooklint.graph.cli_options", "hooklint.fix.cli_options", "hooklint.parallel")
+
+
+def _plugins():
+    import importlib
+
+    for modname in _PLUGIN_MODULES:
+        try:
+            yield importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name == modname or (exc.name and modname.startswith(exc.name + ".")):
+                continue  # that layer is not part of this build
+            raise
+
+
+def _extend_parser(p: argparse.ArgumentParser) -> None:
+    for module in _plugins():
+        add = getattr(module, "add_check_options", None)
+        if add is not None:
+            add(p)
+
+
+def build_options(args: argparse.Namespace) -> CheckOptions:
+    cfg = config_from_args(args)
+    options = CheckOptions(
+        paths=args.paths or ["."],
+        config=cfg,
+        codes=frozenset(cfg.enabled_codes()),
+        static_only=args.static_only,
+        prefilter=args.prefilter,
+        jobs=getattr(args, "jobs", None) or 1,
+    )
+    for module in _plugins():
+        configure = getattr(module, "configure_check", None)
+        if configure is not None:
+            configure(options, args)
+    return options
+
+
+def exit_code(report: Report, exit_zero: bool) -> int:
+    if exit_zero:
+        return EXIT_OK
+    if report.findings or any(n.level is NoticeLevel.ERROR for n in report.notices):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    options = build_options(args)
+    report = run_check(options)
+    post = options.extra.get("post_check")  # e.g. --fix applies edits and re-checks
+    if post is not None:
+        result = post(report, options, args)
+        if isinstance(result, int):
+            return result
+        report = result
+    emit(report, options, args)
+    return exit_code(report, args.exit_zero)
+
+
+def emit(report: Report, options: CheckOptions, args: argparse.Namespace) -> None:
+    from hooklint.report import render, rule_catalog
+    from hooklint.report.text import render_notices, statistics_table, summary_table, use_color
+
+    fmt = options.config.output_format
+    quiet = getattr(args, "quiet", False)
+    to_file = bool(getattr(args, "output_file", None))
+    if getattr(args, "statistics", False):
+        write_output(statistics_table(report), args.output_file)
+    else:
+        sources = _source_loader()
+        text = render(report, fmt, sources=sources, catalog=rule_catalog() if fmt == "sarif" else {},
+                      color=(not to_file) and use_color(sys.stdout))
+        write_output(text, args.output_file)
+    if not quiet:
+        err_color = use_color(sys.stderr)
+        notes = render_notices(report, color=err_color)
+        if notes:
+            sys.stderr.write(notes)
+        if fmt in ("full", "concise") or to_file:
+            sys.stderr.write(summary_table(report))
+    sys.stderr.flush()
+
+
+def _source_loader():
+    from hooklint.static.source import SourceError, read_source
+
+    cache: dict[str, str | None] = {}
+
+    def load(path: str) -> str | None:
+        if path not in cache:
+            try:
+                cache[path] = read_source(path)
+            except SourceError:
+                cache[path] = None
+        return cache[path]
+
+    return load
+
+
+__all__ = ["add_parser", "run", "EXIT_ERROR"]

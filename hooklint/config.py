@@ -1,0 +1,224 @@
+"""``[tool.hooklint]`` in ``pyproject.toml`` (or a ``hooklint.toml``), merged with
+command-line flags, which win.  Unknown keys and bad values are errors (exit 2),
+so a typo never silently disables a rule."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from hooklint.rules import UnknownRuleError, all_rules, default_codes, expand_selectors
+
+DEFAULT_EXCLUDES = (
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".mypy_cache", ".nox",
+    ".pants.d", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "__pycache__",
+    "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "venv",
+)
+
+OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "sarif", "github", "junit")
+
+
+class ConfigError(Exception):
+    """A configuration problem; the CLI prints it on one line and exits 2."""
+
+
+@dataclass
+class Config:
+    select: list[str] | None = None
+    extend_select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    exclude: list[str] | None = None
+    extend_exclude: list[str] = field(default_factory=list)
+    force_exclude: bool = False
+    respect_gitignore: bool = True
+    output_format: str = "full"
+    # graph layer (imports the user's models in a subprocess)
+    timeout: float = 60.0
+    models: list[str] = field(default_factory=list)
+    cache: bool = True
+    cache_dir: str = ".hooklint_cache"
+    # where the config file lives; relative paths in it are relative to this
+    root: Path = field(default_factory=Path.cwd)
+    source: Path | None = None  # the file the config came from
+
+    def enabled_codes(self) -> set[str]:
+        return resolve_codes(self.select, self.extend_select, self.ignore)
+
+    def ignored_for(self, rel_path: str) -> set[str]:
+        from hooklint.files import glob_match
+
+        codes: set[str] = set()
+        for pattern, selectors in self.per_file_ignores.items():
+            if glob_match(pattern, rel_path):
+                codes |= expand_selectors(selectors)
+        return codes
+
+    def excludes(self) -> list[str]:
+        base = list(DEFAULT_EXCLUDES) if self.exclude is None else list(self.exclude)
+        return base + list(self.extend_exclude)
+
+    def fingerprint(self) -> str:
+        """What in the config can change results (for caches)."""
+        return repr(
+            (sorted(self.enabled_codes()), sorted(self.per_file_ignores.items()), self.models, self.timeout)
+        )
+
+
+def resolve_codes(select: list[str] | None, extend_select: list[str], ignore: list[str]) -> set[str]:
+    """ruff's rule selection: for each code the most specific selector wins;
+    on a tie, ``ignore`` wins."""
+    enable_selectors = list(select) if select is not None else None
+    result: set[str] = set()
+    for rule in all_rules():
+        code = rule.code
+        best_len, enabled = -1, False
+        if enable_selectors is None:
+            best_len, enabled = 0, code in default_codes()
+        for sel in (enable_selectors or []) + list(extend_select):
+            n = _specificity(sel, code)
+            if n is not None and n > best_len:
+                best_len, enabled = n, True
+        for sel in ignore:
+            n = _specificity(sel, code)
+            if n is not None and n >= best_len:
+                best_len, enabled = n, False
+        if enabled:
+            result.add(code)
+    return result
+
+
+def _specificity(selector: str, code: str) -> int | None:
+    sel = selector.strip().upper()
+    if sel == "ALL":
+        return 0
+    if sel.startswith("HKL"):
+        return len(sel) if code.startswith(sel) else None
+    # a rule name
+    for rule in all_rules():
+        if rule.name == selector.strip().lower():
+            return 10 if rule.code == code else None
+    return None
+
+
+_KEYS = {f.name.replace("_", "-") for f in fields(Config)} - {"root", "source"}
+
+
+def validate_selectors(values: list[str], where: str) -> None:
+    try:
+        expand_selectors(values)
+    except UnknownRuleError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _as_list(value: Any, key: str, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: `{key}` must be a list of strings")
+    return list(value)
+
+
+def config_from_table(table: dict[str, Any], root: Path, source: Path | None) -> Config:
+    where = str(source) if source else "configuration"
+    cfg = Config(root=root, source=source)
+    for raw_key, value in table.items():
+        key = raw_key.replace("_", "-")
+        if key not in _KEYS:
+            raise ConfigError(f"{where}: unknown key `{raw_key}` in [tool.hooklint] "
+                              f"(known: {', '.join(sorted(_KEYS))})")
+        attr = key.replace("-", "_")
+        if key in ("select", "extend-select", "ignore"):
+            values = _as_list(value, key, where)
+            validate_selectors(values, where)
+            setattr(cfg, attr, values)
+        elif key in ("exclude", "extend-exclude", "models"):
+            setattr(cfg, attr, _as_list(value, key, where))
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: `per-file-ignores` must be a table of pattern = [codes]")
+            parsed = {}
+            for pattern, codes in value.items():
+                codes = _as_list(codes, f"per-file-ignores.{pattern}", where)
+                validate_selectors(codes, where)
+                parsed[pattern] = codes
+            cfg.per_file_ignores = parsed
+        elif key in ("force-exclude", "respect-gitignore", "cache"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: `{key}` must be true or false")
+            setattr(cfg, attr, value)
+        elif key == "output-format":
+            if value not in OUTPUT_FORMATS:
+                raise ConfigError(f"{where}: `output-format` must be one of {', '.join(OUTPUT_FORMATS)}")
+            cfg.output_format = value
+        elif key == "timeout":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{where}: `timeout` must be a positive number of seconds")
+            cfg.timeout = float(value)
+        elif key == "cache-dir":
+            if not isinstance(value, str):
+                raise ConfigError(f"{where}: `cache-dir` must be a string")
+            cfg.cache_dir = value
+    return cfg
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read configuration: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def find_config_file(start: Path) -> Path | None:
+    """The nearest ``hooklint.toml``, ``.hooklint.toml`` or ``pyproject.toml`` with a
+    ``[tool.hooklint]`` table, from ``start`` upwards."""
+    cur = start.resolve()
+    for directory in [cur, *cur.parents]:
+        for name in ("hooklint.toml", ".hooklint.toml"):
+            if (directory / name).is_file():
+                return directory / name
+        pyproject = directory / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = load_toml(pyproject)
+            except ConfigError:
+                return pyproject  # let the caller report the parse error
+            if "hooklint" in data.get("tool", {}):
+                return pyproject
+    return None
+
+
+def load_config(explicit: str | None = None, start: Path | None = None, isolated: bool = False) -> Config:
+    if isolated:
+        return Config(root=Path.cwd())
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"{explicit}: configuration file not found")
+    else:
+        found = find_config_file(start or Path.cwd())
+        if found is None:
+            return Config(root=(start or Path.cwd()).resolve())
+        path = found
+    data = load_toml(path)
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("hooklint", {})
+    else:
+        table = data
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.hooklint] must be a table")
+    return config_from_table(table, path.resolve().parent, path)
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

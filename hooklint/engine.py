@@ -1,0 +1,98 @@
+"""One `hooklint check` run: find files, gather graph facts when asked, run the
+static rules, collect a :class:`Report`.  The CLI, the flake8 plugin and the
+tests all come through here, so every entry point behaves the same."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hooklint.config import Config
+from hooklint.files import Walker
+from hooklint.findings import Notice, NoticeLevel, Report
+from hooklint.static.checker import FileResult, check_file
+
+
+class UsageError(Exception):
+    """Bad command-line input (missing path, unknown rule): one line, exit 2."""
+
+
+@dataclass
+class CheckOptions:
+    paths: list[str]
+    config: Config
+    codes: frozenset[str]
+    static_only: bool = False
+    prefilter: bool = True
+    jobs: int = 1
+    # Called with the files to check; returns per-file graph facts and notices.
+    # Set by the CLI when the graph layer is available (hooklint.graph).
+    graph_provider: Callable[[list[str], Config], tuple[dict[str, Any], list[Notice]]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def display_path(path: str) -> str:
+    """Paths as the user would type them: relative to the working folder when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def discover(options: CheckOptions) -> list[str]:
+    cfg = options.config
+    walker = Walker(cfg.root, cfg.excludes(), cfg.respect_gitignore, cfg.force_exclude)
+    files = walker.files(options.paths)
+    if walker.missing:
+        raise UsageError(f"{walker.missing[0]}: no such file or directory")
+    return files
+
+
+def rel_to_root(path: str, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
+
+
+def check_one(path: str, options: CheckOptions, graph: Any = None) -> FileResult:
+    cfg = options.config
+    ignored = frozenset(cfg.ignored_for(rel_to_root(path, cfg.root))) if cfg.per_file_ignores else frozenset()
+    return check_file(path, options.codes, display_path=display_path(path), ignored=ignored, graph=graph,
+                      prefilter=options.prefilter)
+
+
+def run_check(options: CheckOptions) -> Report:
+    files = discover(options)
+    report = Report(files_checked=len(files))
+    graph_facts: dict[str, Any] = {}
+    if not options.static_only and options.graph_provider is not None and files:
+        graph_facts, notices = options.graph_provider(files, options.config)
+        report.notices.extend(notices)
+    results = check_many(files, options, graph_facts)
+    for result in results:
+        report.findings.extend(result.findings)
+        report.notices.extend(result.notices)
+    return report
+
+
+def check_many(files: list[str], options: CheckOptions, graph_facts: dict[str, Any]) -> list[FileResult]:
+    """Check files, in parallel when ``options.jobs > 1``; results in input order."""
+    if options.jobs > 1 and len(files) > 1:
+        from hooklint.parallel import check_parallel
+
+        return check_parallel(files, options, graph_facts)
+    out = []
+    for path in files:
+        try:
+            out.append(check_one(path, options, graph_facts.get(path)))
+        except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
+            if os.environ.get("HOOKLINT_STRICT"):
+                raise
+            out.append(FileResult(display_path(path), notices=[Notice(
+                display_path(path), f"internal error ({type(exc).__name__}: {exc}); please report it",
+                NoticeLevel.ERROR)]))
+    return out

@@ -1,0 +1,80 @@
+"""The rule registry.  Codes are fixed forever; a retired code is never reused."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from hooklint.rules.base import Invalid, Rule
+
+__all__ = ["Invalid", "Rule", "all_rules", "get_rule", "expand_selectors", "UnknownRuleError"]
+
+_RULE_MODULES = (
+    "hooklint.rules.syntax",
+    "hooklint.rules.legacy",
+    "hooklint.rules.grad_edit",
+    "hooklint.rules.lifetime",
+    "hooklint.rules.arguments",
+    "hooklint.rules.autograd_function",
+    "hooklint.rules.graph_only",
+    "hooklint.rules.runtime_only",
+)
+
+
+class UnknownRuleError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=None)
+def all_rules() -> tuple[type[Rule], ...]:
+    import importlib
+
+    found: dict[str, type[Rule]] = {}
+    for modname in _RULE_MODULES:
+        try:
+            module = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:  # a family not written yet
+            if exc.name != modname:
+                raise
+            continue
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and "code" in vars(obj):
+                if obj.code in found and found[obj.code] is not obj:
+                    raise RuntimeError(f"duplicate rule code {obj.code}")
+                found[obj.code] = obj
+    return tuple(found[c] for c in sorted(found))
+
+
+def get_rule(code_or_name: str) -> type[Rule]:
+    key = code_or_name.strip()
+    for rule in all_rules():
+        if rule.code == key.upper() or rule.name == key.lower():
+            return rule
+    raise UnknownRuleError(f"unknown rule {code_or_name!r} (see `hooklint rule --all`)")
+
+
+_SELECTOR_RE = re.compile(r"^(ALL|HKL\d{0,3})$")
+
+
+def expand_selectors(selectors: list[str] | tuple[str, ...]) -> set[str]:
+    """Turn ruff-style selectors (``HKL``, ``HKL1``, ``HKL10``, ``HKL101``, ``ALL``,
+    or a rule name) into the set of codes they name."""
+    codes: set[str] = set()
+    for raw in selectors:
+        sel = raw.strip()
+        if not sel:
+            continue
+        upper = sel.upper()
+        if _SELECTOR_RE.match(upper):
+            prefix = "HKL" if upper == "ALL" else upper
+            matched = {r.code for r in all_rules() if r.code.startswith(prefix)}
+            if not matched:
+                raise UnknownRuleError(f"selector {sel!r} matches no rule (see `hooklint rule --all`)")
+            codes |= matched
+        else:
+            codes.add(get_rule(sel).code)
+    return codes
+
+
+def default_codes() -> set[str]:
+    return {r.code for r in all_rules() if r.default_enabled}

@@ -1,0 +1,1 @@
+"""Rules only the model-graph layer can report (hooklint.graph)."""

@@ -1,0 +1,326 @@
+"""HKL1xx: the legacy ``register_backward_hook`` API (hook-semantics.md, section 1)."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterable
+
+from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severity
+from hooklint.rules.base import Invalid, Rule
+from hooklint.static.bodies import name_uses, returns_nothing
+from hooklint.static.context import FileContext
+from hooklint.static.forward import ForwardAnalysis, is_legacy_safe_builtin
+from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.values import ModuleValue
+
+LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook")
+
+
+def legacy_registrations(ctx: FileContext) -> list[Registration]:
+    return ctx.hooks.by_kind(HookKind.BACKWARD_LEGACY)
+
+
+class LegacyBackwardHook(Rule):
+    """
+    ## What it does
+    Reports every use of the legacy module backward hook API:
+    `Module.register_backward_hook` and the global
+    `torch.nn.modules.module.register_module_backward_hook`.
+
+    ## Why is this bad?
+    A legacy backward hook is attached to the `grad_fn` of the module's output,
+    that is to the *last* autograd op its `forward` ran, not to the module.  Its
+    `grad_input` holds the gradients of that one op's inputs: for `nn.Linear`
+    that is `(grad of bias, grad of input, grad of weight.T)`; for a module that
+    ends in `x / 4` it is the gradient of `x / 4`'s input, whatever ran before.
+    Reordering two lines of `forward` silently changes what the hook receives.
+    PyTorch deprecated the API and only warns at run time, after the forward ran,
+    without saying which op the hook is bound to.
+
+    `register_full_backward_hook` (PyTorch >= 1.8) receives the gradients of the
+    module's real inputs and outputs.
+
+    ## Known problems
+    When a full backward hook is registered on a module whose output is then
+    modified in place (`nn.ReLU(inplace=True)` right after it), PyTorch raises at
+    run time; that is reported as HKL403 by the graph analysis.
+
+    ## Example
+    ```python
+    import torch.nn as nn
+
+    def log_grad(module, grad_input, grad_output):
+        print(grad_output[0].norm())
+
+    layer = nn.Linear(4, 2)
+    layer.register_backward_hook(log_grad)
+    ```
+
+    ## Use instead
+    ```python
+    import torch.nn as nn
+
+    def log_grad(module, grad_input, grad_output):
+        print(grad_output[0].norm())
+
+    layer = nn.Linear(4, 2)
+    layer.register_full_backward_hook(log_grad)
+    ```
+
+    ## Fix safety
+    The fix renames the call to `register_full_backward_hook` (or
+    `register_module_full_backward_hook`).  It is **safe** when hooklint can see
+    the hook and the hook neither reads `grad_input` nor returns a value: then
+    only the (correct) `grad_output` is used, and it is the same under both APIs.
+    Otherwise it is **unsafe**: `grad_input` changes meaning (to the module's
+    real input gradients) and a returned replacement must then match the
+    module's inputs, so the hook body needs review.
+
+    ## References
+    - [`Module.register_full_backward_hook`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook)
+    - [`Module.register_backward_hook` (deprecated)](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_backward_hook)
+    - PyTorch issue 12331, "register_backward_hook only gets called for the last operation"
+    """
+
+    code = "HKL101"
+    name = "legacy-backward-hook"
+    summary = "Legacy `register_backward_hook` binds to the module's last autograd op; use a full backward hook"
+    severity = Severity.WARNING
+    triggers = LEGACY_TRIGGERS
+    fix_applicability = "safe when the hook uses only grad_output and returns None; unsafe otherwise"
+    VALID: ClassVar[tuple[str, ...]] = (
+        # the full API
+        "import torch.nn as nn\nm = nn.Linear(2, 2)\nm.register_full_backward_hook(lambda mod, gi, go: None)\n",
+        # a class's own method of the same name is not torch's
+        "class Recorder:\n"
+        "    def register_backward_hook(self, fn):\n"
+        "        self.fn = fn\n"
+        "r = Recorder()\n"
+        "r.register_backward_hook(print)\n",
+        # inside that class, `self.register_backward_hook` is its own method too
+        "class Recorder:\n"
+        "    def register_backward_hook(self, fn):\n"
+        "        self.fn = fn\n"
+        "    def setup(self):\n"
+        "        self.register_backward_hook(print)\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "import torch.nn as nn\n"
+            "def log(module, grad_input, grad_output):\n"
+            "    print(grad_output[0].shape)\n"
+            "m = nn.Conv2d(3, 1, 3)\n"
+            "m.register_backward_hook(log)  # HKL101\n",
+            fixed="import torch.nn as nn\n"
+            "def log(module, grad_input, grad_output):\n"
+            "    print(grad_output[0].shape)\n"
+            "m = nn.Conv2d(3, 1, 3)\n"
+            "m.register_full_backward_hook(log)  # HKL101\n",
+        ),
+        Invalid(
+            "import torch\n"
+            "torch.nn.modules.module.register_module_backward_hook(lambda m, gi, go: None)  # HKL101\n",
+            fixed="import torch\n"
+            "torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)  # HKL101\n",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
+        for reg in legacy_registrations(ctx):
+            yield self.finding(
+                ctx,
+                reg.name_node,
+                name_only=True,
+                message=f"`{reg.method_name}` on {reg.describe_target()} is the legacy backward hook: it binds to the "
+                f"last autograd op of the module's forward, not to the module",
+                help="Use `register_full_backward_hook` (same signature); its grad_input/grad_output are the "
+                "module's real input and output gradients.",
+                fix=self.rename_fix(ctx, reg),
+            )
+
+    @staticmethod
+    def rename_fix(ctx: FileContext, reg: Registration) -> Fix | None:
+        func = reg.call.func
+        if not isinstance(func, ast.Attribute):
+            return None  # a bare imported name: the import would need renaming too
+        new_name = "register_full_backward_hook" if reg.method_name == "register_backward_hook" \
+            else "register_module_full_backward_hook"
+        name_start, end = ctx.name_span(func)
+        safe = reg.hook is not None and not reg.hook.has_varargs
+        if safe:
+            gi = reg.param("grad_input")
+            safe = gi is not None and not name_uses(reg.hook.node, gi) and returns_nothing(reg.hook.node)
+        return Fix(
+            message=f"Replace `{reg.method_name}` with `{new_name}`",
+            edits=(Edit(new_name, name_start, end),),
+            applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
+        )
+
+
+class LegacyHookGradInput(Rule):
+    """
+    ## What it does
+    Reports a legacy backward hook (`register_backward_hook`) that reads,
+    unpacks or returns its `grad_input` argument, when the hooked module is not
+    known to run a single autograd op whose first inputs are the module's own
+    inputs.
+
+    ## Why is this bad?
+    The legacy hook's `grad_input` is the gradient with respect to the inputs
+    of the *last* autograd op of the module's `forward`, not of the module.
+    For a module `MyNet` whose forward ends in `self.f2(self.f1(x))` with `f2`
+    computing `x / 4`, `grad_input` is the single gradient of `x / 4` w.r.t. its
+    input, not the `(4,)` gradient of `MyNet`'s input.  For `nn.Linear` it is
+    `(grad of bias, grad of input, grad of weight.T)`, so `grad_input[0]` is the
+    *bias* gradient.  Code that scales, logs or unpacks `grad_input` works on the
+    wrong tensors, and a returned replacement rewrites the wrong gradients.
+
+    When the graph analysis runs (`hooklint check` without `--static-only`), the
+    message names the exact autograd op the hook binds to, its source line and
+    the submodules whose ops the hook skips.
+
+    ## Known problems
+    Statically, a hooked module whose class hooklint cannot see (a parameter, an
+    attribute of an object from another file) is treated as "not known to be a
+    single op", and the message says so.  Built-in layers known to be a single
+    op with the input first (activations, convolutions, 2-D/3-D pooling) are not
+    reported.
+
+    ## Example
+    ```python
+    import torch.nn as nn
+
+    def double_input_grad(module, grad_input, grad_output):
+        return (grad_input[0] * 2,) + grad_input[1:]
+
+    layer = nn.Linear(4, 2)
+    layer.register_backward_hook(double_input_grad)
+    ```
+
+    ## Use instead
+    ```python
+    import torch.nn as nn
+
+    def double_input_grad(module, grad_input, grad_output):
+        return (grad_input[0] * 2,)
+
+    layer = nn.Linear(4, 2)
+    layer.register_full_backward_hook(double_input_grad)
+    ```
+
+    ## Fix safety
+    There is no automatic fix: with a full backward hook `grad_input` has one
+    entry per module input, so the hook body must be rewritten for it (HKL101's
+    rename is offered as an unsafe fix).
+
+    ## References
+    - [`Module.register_full_backward_hook`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook)
+    - PyTorch issue 12331, "register_backward_hook only gets called for the last operation"
+    """
+
+    code = "HKL102"
+    name = "legacy-hook-grad-input"
+    summary = "A legacy backward hook uses `grad_input`, which belongs to the last op, not the module"
+    severity = Severity.ERROR
+    triggers = LEGACY_TRIGGERS
+    VALID: ClassVar[tuple[str, ...]] = (
+        # only grad_output: deprecated (HKL101) but not wrong
+        "import torch.nn as nn\n"
+        "def log(module, grad_input, grad_output):\n"
+        "    print(grad_output[0].norm())\n"
+        "nn.Linear(4, 2).register_backward_hook(log)\n",
+        # a single-op layer whose grad_input[0] is the input gradient
+        "import torch.nn as nn\n"
+        "def clip(module, grad_input, grad_output):\n"
+        "    return (grad_input[0].clamp(-1, 1),)\n"
+        "nn.ReLU().register_backward_hook(clip)\n",
+        # full hooks have the module's real grad_input
+        "import torch.nn as nn\n"
+        "def scale(module, grad_input, grad_output):\n"
+        "    return (grad_input[0] * 2,)\n"
+        "nn.Linear(4, 2).register_full_backward_hook(scale)\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "import torch.nn as nn\n"
+            "class MyMean(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return x / 4\n"
+            "class MyNet(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.f1 = nn.Linear(4, 1)\n"
+            "        self.f2 = MyMean()\n"
+            "    def forward(self, x):\n"
+            "        return self.f2(self.f1(x))\n"
+            "def hook(module, grad_input, grad_output):\n"
+            "    print(grad_input)\n"
+            "net = MyNet()\n"
+            "net.register_backward_hook(hook)  # HKL101, HKL102\n"
+        ),
+        Invalid(
+            "def backward_hook(module, gin, gout):\n"
+            "    gin0, gin1, gin2 = gin\n"
+            "    return gin0, gin1 * 2, gin2 * 3\n"
+            "hook = net.layer1.register_backward_hook(backward_hook)  # HKL101, HKL102\n"
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
+        forward = ForwardAnalysis(ctx.model, ctx.inference)
+        for reg in legacy_registrations(ctx):
+            if reg.hook is None:
+                continue
+            gi = reg.param("grad_input")
+            if gi is None:
+                continue
+            uses = name_uses(reg.hook.node, gi)
+            if not uses:
+                continue
+            module = reg.receiver_module
+            if module is not None and module.torch_class and is_legacy_safe_builtin(module):
+                continue
+            first = uses[0]
+            what = _use_kind(first)
+            related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
+            message = self._message(reg, gi, what, module, forward)
+            yield self.finding(
+                ctx,
+                reg.name_node,
+                message,
+                name_only=True,
+                help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
+                "input; or hook the tensor you mean with `tensor.register_hook`.",
+                related=related,
+            )
+
+    @staticmethod
+    def _message(reg: Registration, gi: str, what: str, module: ModuleValue | None,
+                 forward: ForwardAnalysis) -> str:
+        hook_name = reg.hook.name if reg.hook else "the hook"
+        head = f"legacy backward hook `{hook_name}` {what} `{gi}`"
+        target = reg.describe_target()
+        if module is not None and (module.local_class is not None or module.torch_class):
+            op = forward.last_op(module)
+            if op is not None and op.grad_input:
+                return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
+                        f"not the gradient of the module's input")
+            if op is not None:
+                where = f" ({op.where()})" if op.node is not None else ""
+                return (f"{head}, but on {target} it is bound to the last autograd op, {op.description}{where}: "
+                        f"`{gi}` holds that op's input gradients, not the module's")
+            return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
+                    f"last op its forward runs, not the module's")
+        return (f"{head} on {target}; hooklint cannot see that module's forward, and unless it is a single "
+                f"autograd op `{gi}` holds the input gradients of its last op, not the module's")
+
+
+def _use_kind(name: ast.Name) -> str:
+    parent = getattr(name, "_hl_parent", None)
+    if isinstance(parent, ast.Assign) and parent.value is name and any(
+        isinstance(t, (ast.Tuple, ast.List)) for t in parent.targets
+    ):
+        return "unpacks"
+    if isinstance(parent, ast.Return) or isinstance(parent, ast.Lambda):
+        return "returns"
+    return "reads"

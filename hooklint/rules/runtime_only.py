@@ -1,0 +1,1 @@
+"""Rules only run-time instrumentation can report (hooklint.runtime)."""

@@ -1,0 +1,87 @@
+"""HKL0xx: files hooklint could not read or parse."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from hooklint.findings import Severity
+from hooklint.rules.base import Invalid, Rule
+
+
+class SyntaxErrorRule(Rule):
+    """
+    ## What it does
+    Reports a file that Python cannot parse: a syntax error, an undecodable
+    byte sequence, a null byte.
+
+    ## Why is this bad?
+    A file that does not parse cannot be analysed, so every hook bug in it goes
+    unreported; and Python will refuse to run it too.
+
+    ## Known problems
+    To stay fast, hooklint only parses files whose text mentions a hook API or
+    another pattern one of the enabled rules looks for (`register_*hook`,
+    `.forward(`, `needs_input_grad`...).  A syntax error in a file that mentions
+    none of these is not reported; run `hooklint check --no-prefilter` to parse
+    every file.
+
+    ## Example
+    ```python
+    def hook(grad)
+        return grad * 2
+    x.register_hook(hook)
+    ```
+
+    ## Use instead
+    ```python
+    def hook(grad):
+        return grad * 2
+    x.register_hook(hook)
+    ```
+
+    ## Fix safety
+    There is no automatic fix.
+
+    ## References
+    - [Python: Errors and exceptions](https://docs.python.org/3/tutorial/errors.html#syntax-errors)
+    """
+
+    code = "HKL001"
+    name = "syntax-error"
+    summary = "The file cannot be parsed (syntax error, bad encoding or null bytes)"
+    severity = Severity.ERROR
+    VALID: ClassVar[tuple[str, ...]] = (
+        "def hook(grad):\n    return grad * 2\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid("x.register_hook(lambda g: g * 2  # HKL001\n"),
+    )
+
+
+class IoErrorRule(Rule):
+    """
+    ## What it does
+    Reports a file that was named or found but could not be read (permissions,
+    a file deleted while hooklint ran, a broken symlink).
+
+    ## Why is this bad?
+    An unreadable file is an unchecked file; a clean result would be a lie.
+
+    ## Example
+    ```python
+    # (a file with mode 000)
+    ```
+
+    ## Use instead
+    ```python
+    # (make the file readable, or exclude it with `extend-exclude`)
+    ```
+
+    ## Fix safety
+    There is no automatic fix.
+    """
+
+    code = "HKL002"
+    name = "io-error"
+    summary = "The file could not be read"
+    severity = Severity.ERROR

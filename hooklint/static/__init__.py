@@ -1,0 +1,1 @@
+"""The static layer: Python AST analysis.  Never imports torch, never runs user code."""

@@ -1,0 +1,572 @@
+"""A small semantic model of one Python file: scopes, bindings, imports, classes.
+
+Nothing here imports torch or executes user code.  The model answers the
+questions the rules ask: "what does this name refer to", "is this class an
+``nn.Module``", "what was assigned to ``self.fc1``", "which calls of method
+``remove`` are in this file".  It is deliberately modest: where the answer is
+not clear from the file, it says "unknown" and the rules stay quiet.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass, field
+from typing import Iterator
+
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+FunctionNode = (ast.FunctionDef, ast.AsyncFunctionDef)
+ScopeNode = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+             ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+@dataclass(eq=False)
+class Binding:
+    """One place where a name gets a value.
+
+    ``value`` depends on ``kind``: the qualified name (str) for imports, the
+    assigned expression for assignments, the iterable for ``for`` targets, the
+    ``ast.arg`` for parameters, the def/class node for definitions.  ``path``
+    is the tuple-unpacking index path (``for i, m in ...`` gives ``m`` path (1,)).
+    """
+
+    name: str
+    kind: str
+    node: ast.AST
+    value: object
+    scope: "Scope"
+    path: tuple[int, ...] = ()
+
+    @property
+    def lineno(self) -> int:
+        return getattr(self.node, "lineno", 0)
+
+
+@dataclass(eq=False)
+class Scope:
+    node: ast.AST
+    kind: str  # module | class | function | lambda | comprehension
+    parent: "Scope | None"
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    globals_: set[str] = field(default_factory=set)
+    nonlocals: set[str] = field(default_factory=set)
+
+    def add(self, binding: Binding) -> None:
+        self.bindings.setdefault(binding.name, []).append(binding)
+
+    @property
+    def function(self) -> ast.AST | None:
+        return self.node if self.kind in ("function", "lambda") else None
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    name: str
+    node: ast.ClassDef
+    scope: Scope  # the scope the class statement is in
+    bases: list[str | None]  # qualified names; None where a base is not resolvable
+    methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    # self.<attr> = <expr> in any method: attr -> [(expr, method scope, assign node)]
+    attributes: dict[str, list[tuple[ast.expr, Scope, ast.AST]]] = field(default_factory=dict)
+    local_bases: list["ClassInfo"] = field(default_factory=list)
+    _is_module: bool | None = None
+    _resolving: bool = False
+
+    def method(self, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """A method defined here or in a local base class (MRO, depth first)."""
+        if name in self.methods:
+            return self.methods[name]
+        for base in self.local_bases:
+            found = base.method(name)
+            if found is not None:
+                return found
+        return None
+
+    def owner_of(self, name: str) -> "ClassInfo | None":
+        if name in self.methods:
+            return self
+        for base in self.local_bases:
+            found = base.owner_of(name)
+            if found is not None:
+                return found
+        return None
+
+    def attribute(self, name: str) -> list[tuple[ast.expr, Scope, ast.AST]]:
+        if name in self.attributes:
+            return self.attributes[name]
+        for base in self.local_bases:
+            found = base.attribute(name)
+            if found:
+                return found
+        return []
+
+
+# torch.nn names that look like classes but are not modules
+_NN_NON_MODULES = frozenset(
+    {"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer", "UninitializedTensorMixin"}
+)
+# Module base classes from the wider ecosystem, by qualified name.
+_KNOWN_MODULE_BASES = frozenset(
+    {
+        "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
+        "transformers.PreTrainedModel",
+        "transformers.modeling_utils.PreTrainedModel",
+    }
+)
+
+
+def is_torch_module_class(qualname: str | None) -> bool:
+    """True for ``torch.nn.Module``, ``torch.nn.Linear``, ``torch.nn.modules.conv.Conv2d`` ..."""
+    if not qualname:
+        return False
+    if qualname in _KNOWN_MODULE_BASES:
+        return True
+    if not qualname.startswith("torch.nn."):
+        return False
+    last = qualname.rsplit(".", 1)[-1]
+    if not last[:1].isupper() or last in _NN_NON_MODULES:
+        return False
+    middle = qualname[len("torch.nn.") : -len(last)].rstrip(".")
+    # torch.nn.X, torch.nn.modules[.sub].X, torch.nn.parallel[.sub].X, torch.nn.qat..., not torch.nn.utils.X
+    return middle == "" or middle.split(".")[0] in ("modules", "parallel", "quantized", "qat", "intrinsic")
+
+
+def torch_module_class_name(qualname: str) -> str:
+    return qualname.rsplit(".", 1)[-1]
+
+
+def iter_child_nodes_fast(node: ast.AST) -> Iterator[ast.AST]:
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            yield value
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.AST):
+                    yield item
+
+
+class SemanticModel:
+    """Built once per file; every rule shares it."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
+        self.module_scope = Scope(tree, "module", None)
+        self.scopes: dict[ast.AST, Scope] = {tree: self.module_scope}
+        self.classes: dict[ast.ClassDef, ClassInfo] = {}
+        # method name -> calls `<expr>.<name>(...)`, in source order
+        self.method_calls: dict[str, list[ast.Call]] = {}
+        self.name_calls: dict[str, list[ast.Call]] = {}  # `name(...)`
+        self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda] = []
+        self._build()
+        self._link_classes()
+
+    # ------------------------------------------------------------------ build
+    def _build(self) -> None:
+        # Iterative walk: deep expressions must not hit Python's recursion limit.
+        stack: list[tuple[ast.AST, ast.AST | None, Scope]] = [(self.tree, None, self.module_scope)]
+        method_calls = self.method_calls
+        name_calls = self.name_calls
+        while stack:
+            node, parent, scope = stack.pop()
+            node._hl_parent = parent  # type: ignore[attr-defined]
+            node._hl_scope = scope  # type: ignore[attr-defined]
+            child_scope = scope
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute):
+                    method_calls.setdefault(func.attr, []).append(node)
+                elif isinstance(func, ast.Name):
+                    name_calls.setdefault(func.id, []).append(node)
+            elif isinstance(node, (ast.Name)):
+                if isinstance(node.ctx, ast.Store):
+                    self._bind_target(node, scope)
+            elif isinstance(node, FunctionNode):
+                self._bind(scope, node.name, "def", node, node)
+                child_scope = self._new_scope(node, "function", scope)
+                self.functions.append(node)
+                self._bind_params(node.args, child_scope)
+                # Decorators, defaults and annotations evaluate in the outer scope.
+                for sub in node.decorator_list + _arg_defaults(node.args):
+                    stack.append((sub, node, scope))
+                for sub in reversed(node.body):
+                    stack.append((sub, node, child_scope))
+                if node.returns is not None:
+                    stack.append((node.returns, node, scope))
+                for a in _all_args(node.args):
+                    a._hl_parent = node  # type: ignore[attr-defined]
+                    a._hl_scope = child_scope  # type: ignore[attr-defined]
+                    if a.annotation is not None:
+                        stack.append((a.annotation, a, scope))
+                continue
+            elif isinstance(node, ast.Lambda):
+                child_scope = self._new_scope(node, "lambda", scope)
+                self.functions.append(node)
+                self._bind_params(node.args, child_scope)
+                for sub in _arg_defaults(node.args):
+                    stack.append((sub, node, scope))
+                for a in _all_args(node.args):
+                    a._hl_parent = node  # type: ignore[attr-defined]
+                    a._hl_scope = child_scope  # type: ignore[attr-defined]
+                stack.append((node.body, node, child_scope))
+                continue
+            elif isinstance(node, ast.ClassDef):
+                self._bind(scope, node.name, "class", node, node)
+                child_scope = self._new_scope(node, "class", scope)
+                info = ClassInfo(node.name, node, scope, [])
+                self.classes[node] = info
+                for sub in node.bases + [k.value for k in node.keywords] + node.decorator_list:
+                    stack.append((sub, node, scope))
+                for sub in reversed(node.body):
+                    stack.append((sub, node, child_scope))
+                continue
+            elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                child_scope = self._new_scope(node, "comprehension", scope)
+                gens = node.generators
+                # The first iterable evaluates in the enclosing scope.
+                stack.append((gens[0].iter, node, scope))
+                for gen in gens:
+                    gen._hl_parent = node  # type: ignore[attr-defined]
+                    gen._hl_scope = child_scope  # type: ignore[attr-defined]
+                    self._bind_unpack(gen.target, "for", gen.iter, child_scope, gen)
+                    stack.append((gen.target, gen, child_scope))
+                    if gen is not gens[0]:
+                        stack.append((gen.iter, gen, child_scope))
+                    for cond in gen.ifs:
+                        stack.append((cond, gen, child_scope))
+                if isinstance(node, ast.DictComp):
+                    stack.append((node.value, node, child_scope))
+                    stack.append((node.key, node, child_scope))
+                else:
+                    stack.append((node.elt, node, child_scope))
+                continue
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self._bind_import(node, scope)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+                self._bind_assign(node, scope)
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                self._bind_unpack(node.target, "for", node.iter, scope, node)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        self._bind_unpack(item.optional_vars, "with", item.context_expr, scope, node)
+            elif isinstance(node, ast.Global):
+                scope.globals_.update(node.names)
+            elif isinstance(node, ast.Nonlocal):
+                scope.nonlocals.update(node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                self._bind(scope, node.name, "except", node, node.type)
+            children = list(iter_child_nodes_fast(node))
+            for child in reversed(children):
+                stack.append((child, node, scope))
+
+    def _new_scope(self, node: ast.AST, kind: str, parent: Scope) -> Scope:
+        scope = Scope(node, kind, parent)
+        self.scopes[node] = scope
+        return scope
+
+    def _bind(self, scope: Scope, name: str, kind: str, node: ast.AST, value: object,
+              path: tuple[int, ...] = ()) -> None:
+        target = scope
+        if name in scope.globals_:
+            target = self.module_scope
+        target.add(Binding(name, kind, node, value, target, path))
+
+    def _bind_params(self, args: ast.arguments, scope: Scope) -> None:
+        for a in _all_args(args):
+            self._bind(scope, a.arg, "param", a, a)
+
+    def _bind_import(self, node: ast.Import | ast.ImportFrom, scope: Scope) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    self._bind(scope, alias.asname, "import", node, alias.name)
+                else:
+                    top = alias.name.split(".")[0]
+                    self._bind(scope, top, "import", node, top)
+        else:
+            if node.level:  # relative import: a name from this package, never torch
+                base = "." * node.level + (node.module or "")
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                if alias.name == "*":
+                    continue
+                self._bind(scope, alias.asname or alias.name, "import", node, f"{base}.{alias.name}")
+
+    def _bind_assign(self, node: ast.AST, scope: Scope) -> None:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                self._bind_unpack(target, "assign", node.value, scope, node)
+        elif isinstance(node, ast.AnnAssign):
+            if node.value is not None:
+                self._bind_unpack(node.target, "assign", node.value, scope, node)
+        elif isinstance(node, ast.AugAssign):
+            self._bind_unpack(node.target, "augassign", node, scope, node)
+        elif isinstance(node, ast.NamedExpr):
+            # the walrus binds in the nearest enclosing non-comprehension scope
+            target_scope = scope
+            while target_scope.kind == "comprehension" and target_scope.parent is not None:
+                target_scope = target_scope.parent
+            self._bind_unpack(node.target, "assign", node.value, target_scope, node)
+        # self.attr = value inside a method: record on the class
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        for target in targets:
+            self._record_self_attr(target, value, scope, node)
+
+    def _record_self_attr(self, target: ast.expr, value: ast.expr | None, scope: Scope, node: ast.AST) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for t, v in zip(target.elts, value.elts):
+                    self._record_self_attr(t, v, scope, node)
+            return
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)) or value is None:
+            return
+        if scope.kind != "function":
+            return
+        func = scope.node
+        if not func.args.args or func.args.args[0].arg != target.value.id:  # type: ignore[attr-defined]
+            return
+        cls_scope = scope.parent
+        if cls_scope is None or cls_scope.kind != "class":
+            return
+        info = self.classes.get(cls_scope.node)  # type: ignore[arg-type]
+        if info is not None:
+            info.attributes.setdefault(target.attr, []).append((value, scope, node))
+
+    def _bind_unpack(self, target: ast.expr, kind: str, value: object, scope: Scope, node: ast.AST,
+                     path: tuple[int, ...] = ()) -> None:
+        if isinstance(target, ast.Name):
+            self._bind(scope, target.id, kind, node, value, path)
+            target._hl_bound = True  # type: ignore[attr-defined]
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for i, elt in enumerate(target.elts):
+                if isinstance(elt, ast.Starred):
+                    self._bind_unpack(elt.value, kind, None, scope, node, path + (-1,))
+                else:
+                    self._bind_unpack(elt, kind, value, scope, node, path + (i,))
+        elif isinstance(target, ast.Starred):
+            self._bind_unpack(target.value, kind, None, scope, node, path + (-1,))
+
+    def _bind_target(self, node: ast.Name, scope: Scope) -> None:
+        # Store contexts not reached through an assignment statement (del, match captures)
+        if getattr(node, "_hl_bound", False):
+            return
+        parent = getattr(node, "_hl_parent", None)
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor,
+                               ast.With, ast.AsyncWith, ast.NamedExpr, ast.comprehension,
+                               ast.Tuple, ast.List, ast.Starred, ast.withitem)):
+            return
+        self._bind(scope, node.id, "other", node, None)
+
+    def _link_classes(self) -> None:
+        for info in self.classes.values():
+            for stmt in info.node.body:
+                if isinstance(stmt, FunctionNode):
+                    info.methods[stmt.name] = stmt
+            for base in info.node.bases:
+                local = self.class_for_expr(base)
+                info.bases.append(self.qualify(base) if local is None else None)
+                if local is not None and local is not info:
+                    info.local_bases.append(local)
+
+    # ---------------------------------------------------------------- queries
+    @staticmethod
+    def scope_of(node: ast.AST) -> Scope:
+        return node._hl_scope  # type: ignore[attr-defined]
+
+    @staticmethod
+    def parent(node: ast.AST) -> ast.AST | None:
+        return getattr(node, "_hl_parent", None)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        cur = self.parent(node)
+        while cur is not None:
+            yield cur
+            cur = self.parent(cur)
+
+    def enclosing_function(self, node: ast.AST) -> ast.AST | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, FunctionNode + (ast.Lambda,)):
+                return anc
+        return None
+
+    def enclosing_class(self, node: ast.AST) -> ClassInfo | None:
+        for anc in self.ancestors(node):
+            if isinstance(anc, ast.ClassDef):
+                return self.classes.get(anc)
+        return None
+
+    def lookup(self, name: str, scope: Scope) -> list[Binding]:
+        """Bindings a name can refer to from ``scope`` (LEGB, skipping class scopes)."""
+        if name in scope.globals_:
+            return self.module_scope.bindings.get(name, [])
+        cur: Scope | None = scope
+        first = True
+        while cur is not None:
+            if first or cur.kind != "class":
+                found = cur.bindings.get(name)
+                if found:
+                    return found
+            first = False
+            cur = cur.parent
+        return []
+
+    def bindings_at(self, name_node: ast.Name) -> list[Binding]:
+        """The bindings that can reach a use of a name.
+
+        Within the name's own scope, the last binding textually before the use
+        wins (straight-line code, which is what hooks scripts mostly are);
+        otherwise all bindings of the defining scope are candidates.
+        """
+        scope = self.scope_of(name_node)
+        found = self.lookup(name_node.id, scope)
+        if not found:
+            return []
+        if found[0].scope is scope and scope.kind != "class":
+            line = name_node.lineno
+            before = [b for b in found if b.lineno and b.lineno <= line and b.kind != "param"]
+            params = [b for b in found if b.kind == "param"]
+            if before:
+                return [before[-1]]
+            if params:
+                return params
+        return found
+
+    def qualify(self, expr: ast.AST) -> str | None:
+        """Dotted qualified name of an expression made of names and attributes.
+
+        ``tnn.Linear`` with ``import torch.nn as tnn`` gives ``torch.nn.Linear``;
+        a builtin gives ``builtins.<name>``; a local definition gives its own name
+        prefixed with ``<local>.``.  Unknown gives None.
+        """
+        parts: list[str] = []
+        cur = expr
+        while isinstance(cur, ast.Attribute):
+            parts.append(cur.attr)
+            cur = cur.value
+        if not isinstance(cur, ast.Name):
+            return None
+        bindings = self.bindings_at(cur) if hasattr(cur, "_hl_scope") else []
+        if not bindings:
+            head = f"builtins.{cur.id}" if cur.id in BUILTIN_NAMES else None
+        else:
+            b = bindings[-1]
+            if b.kind == "import":
+                head = b.value  # type: ignore[assignment]
+            elif b.kind in ("def", "class"):
+                head = f"<local>.{cur.id}"
+            elif b.kind == "assign" and isinstance(b.value, (ast.Name, ast.Attribute)) and b.value is not cur and not b.path:
+                head = self.qualify(b.value)  # alias: Module = nn.Module
+            else:
+                head = None
+        if head is None:
+            return None
+        return ".".join([head] + parts[::-1])
+
+    def class_for_expr(self, expr: ast.AST) -> ClassInfo | None:
+        """The local class an expression names, if any (``MyNet``, ``self.Block``...)."""
+        if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+            for b in reversed(self.bindings_at(expr)):
+                if b.kind == "class":
+                    return self.classes.get(b.node)  # type: ignore[arg-type]
+                if b.kind == "assign" and isinstance(b.value, ast.Name) and not b.path and b.value is not expr:
+                    return self.class_for_expr(b.value)
+                break
+        return None
+
+    def is_module_class(self, info: ClassInfo) -> bool | None:
+        """True if the class is an ``nn.Module`` subclass, False if certainly not,
+        None if a base comes from elsewhere and cannot be seen."""
+        if info._is_module is not None:
+            return info._is_module
+        if info._resolving:
+            return None
+        info._resolving = True
+        result: bool | None = False
+        for base_expr, qual in zip(info.node.bases, info.bases):
+            local = self.class_for_expr(base_expr)
+            if local is not None:
+                sub = self.is_module_class(local)
+                if sub:
+                    result = True
+                    break
+                if sub is None:
+                    result = None
+            elif is_torch_module_class(qual):
+                result = True
+                break
+            elif qual is None or not (qual.startswith("builtins.") or qual in ("typing.Generic", "abc.ABC")
+                                      or qual.startswith("torch.")):
+                result = None
+        info._resolving = False
+        info._is_module = result
+        return result
+
+    def is_autograd_function_class(self, info: ClassInfo) -> bool:
+        for base_expr, qual in zip(info.node.bases, info.bases):
+            local = self.class_for_expr(base_expr)
+            if local is not None and local is not info and self.is_autograd_function_class(local):
+                return True
+            if qual in ("torch.autograd.Function", "torch.autograd.function.Function",
+                        "torch.autograd.function.InplaceFunction", "torch.autograd.InplaceFunction"):
+                return True
+        return False
+
+    def calls_of_method(self, *names: str) -> list[ast.Call]:
+        out: list[ast.Call] = []
+        for name in names:
+            out.extend(self.method_calls.get(name, ()))
+        out.sort(key=lambda c: (c.lineno, c.col_offset))
+        return out
+
+    def imports_torch(self) -> bool:
+        for bindings in self.module_scope.bindings.values():
+            for b in bindings:
+                if b.kind == "import" and isinstance(b.value, str) and b.value.split(".")[0] == "torch":
+                    return True
+        return False
+
+
+def _all_args(args: ast.arguments) -> list[ast.arg]:
+    out = list(args.posonlyargs) + list(args.args)
+    if args.vararg:
+        out.append(args.vararg)
+    out.extend(args.kwonlyargs)
+    if args.kwarg:
+        out.append(args.kwarg)
+    return out
+
+
+def _arg_defaults(args: ast.arguments) -> list[ast.expr]:
+    return list(args.defaults) + [d for d in args.kw_defaults if d is not None]
+
+
+def positional_params(func: ast.AST) -> list[str]:
+    """Names of a function's or lambda's positional parameters, in order."""
+    args: ast.arguments = func.args  # type: ignore[attr-defined]
+    return [a.arg for a in list(args.posonlyargs) + list(args.args)]
+
+
+def is_staticmethod(func: ast.AST) -> bool:
+    for dec in getattr(func, "decorator_list", ()):
+        if isinstance(dec, ast.Name) and dec.id == "staticmethod":
+            return True
+        if isinstance(dec, ast.Attribute) and dec.attr == "staticmethod":
+            return True
+    return False
+
+
+def is_classmethod(func: ast.AST) -> bool:
+    return any(isinstance(d, ast.Name) and d.id == "classmethod" for d in getattr(func, "decorator_list", ()))

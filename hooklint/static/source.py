@@ -1,0 +1,91 @@
+"""Reading source files the way Python does (PEP 263 encodings, BOMs), without
+ever raising on bad input: every problem becomes a :class:`SourceError`."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceError(Exception):
+    """A file that cannot be read or decoded.  ``kind`` is ``io`` or ``decode``."""
+
+    kind: str
+    message: str
+    row: int = 1
+    column: int = 1
+
+
+_COOKIE_RE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+
+
+def decode_source(data: bytes) -> str:
+    """Decode bytes as Python would, raising SourceError on failure."""
+    if b"\x00" in data[:8192] and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise SourceError("decode", "file contains null bytes; it looks binary, not Python source")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError("decode", f"invalid encoding declaration: {exc.msg}") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        row, column = _error_position(data, getattr(exc, "start", 0))
+        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
+        raise SourceError("decode", f"file is not valid {encoding} text ({reason})", row, column) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text
+
+
+def read_source(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
+    return decode_source(data)
+
+
+def _error_position(data: bytes, offset: int) -> tuple[int, int]:
+    before = data[:offset]
+    row = before.count(b"\n") + 1
+    column = offset - (before.rfind(b"\n") + 1) + 1
+    return row, column
+
+
+class LineIndex:
+    """Converts ast positions (1-based rows, UTF-8 byte columns) to 1-based
+    character columns, and back, for one text."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = text.splitlines(keepends=True) or [""]
+        self._starts: list[int] | None = None
+
+    def line(self, row: int) -> str:
+        if 1 <= row <= len(self.lines):
+            return self.lines[row - 1].rstrip("\r\n")
+        return ""
+
+    def char_column(self, row: int, byte_col: int) -> int:
+        line = self.line(row)
+        if line.isascii():
+            return byte_col + 1
+        return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="replace")) + 1
+
+    def offset(self, row: int, column: int) -> int:
+        """Character offset in the text of a 1-based (row, column)."""
+        if self._starts is None:
+            starts, total = [], 0
+            for line in self.lines:
+                starts.append(total)
+                total += len(line)
+            starts.append(total)
+            self._starts = starts
+        row = max(1, min(row, len(self._starts) - 1 if self._starts else 1))
+        return self._starts[row - 1] + column - 1

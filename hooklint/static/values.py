@@ -1,0 +1,495 @@
+"""Abstract values: what an expression is, as far as one file can tell.
+
+``infer(expr)`` answers with a :class:`ModuleValue` (an ``nn.Module`` instance),
+a :class:`TensorValue`, a :class:`CallableValue` (something that can be a hook),
+a :class:`HandleValue` (what ``register_*_hook`` returns), an
+:class:`ObjectValue` (an instance of a local class that is not a module), or
+``None`` for "unknown".  Unknown is common and fine: rules act only on what is
+known, which is how hooklint stays precise.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hooklint.static.semantic import (
+    Binding,
+    ClassInfo,
+    FunctionNode,
+    SemanticModel,
+    is_classmethod,
+    is_staticmethod,
+    is_torch_module_class,
+    positional_params,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class ModuleValue:
+    """An ``nn.Module`` instance.
+
+    ``torch_class`` is the qualified torch class (``torch.nn.Linear``) for
+    built-in layers; ``local_class`` the class defined in this file; both None
+    for "some module" (a loop over ``net.modules()``, a parameter annotated
+    ``nn.Module``).  ``call`` is the constructor call when known.  ``applied_from``
+    is the module expression whose ``.apply(fn)`` feeds this value (seed 000).
+    """
+
+    torch_class: str | None = None
+    local_class: ClassInfo | None = None
+    call: ast.Call | None = None
+    applied_from: ast.expr | None = None
+    description: str = ""
+
+    @property
+    def class_name(self) -> str | None:
+        if self.local_class is not None:
+            return self.local_class.name
+        if self.torch_class:
+            return self.torch_class.rsplit(".", 1)[-1]
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class TensorValue:
+    parameter: bool = False  # an nn.Parameter (weight, bias, model.parameters() items)
+    leaf: bool | None = None
+    requires_grad: bool | None = None
+    owner: ModuleValue | None = None  # the module whose parameter this is
+
+
+@dataclass(frozen=True, eq=False)
+class CallableValue:
+    """A function or lambda that will be called with ``bound`` leading
+    positional arguments already supplied (``self`` for a bound method, the
+    arguments of ``functools.partial``)."""
+
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    bound: int = 0
+    bound_keywords: frozenset[str] = frozenset()
+    owner: ClassInfo | None = None
+    via: str = ""  # "factory", "partial", "method", "__call__"
+
+    @property
+    def params(self) -> list[str]:
+        """The parameters the caller supplies, in order."""
+        params = positional_params(self.node)
+        params = params[self.bound :]
+        return [p for p in params if p not in self.bound_keywords]
+
+    @property
+    def name(self) -> str:
+        return getattr(self.node, "name", "<lambda>")
+
+    @property
+    def has_varargs(self) -> bool:
+        return self.node.args.vararg is not None
+
+
+@dataclass(frozen=True, eq=False)
+class HandleValue:
+    registration_call: ast.Call
+
+
+@dataclass(frozen=True, eq=False)
+class ObjectValue:
+    local_class: ClassInfo
+
+
+@dataclass(frozen=True, eq=False)
+class ClassValue:
+    """A class object itself (``nn.Linear``, ``MyNet``), as in ``isinstance`` checks."""
+
+    torch_class: str | None = None
+    local_class: ClassInfo | None = None
+
+
+Value = ModuleValue | TensorValue | CallableValue | HandleValue | ObjectValue | ClassValue | None
+
+# Calls that make a tensor (leaf); requires_grad=... decides whether it needs grad.
+_TENSOR_FACTORIES = frozenset(
+    f"torch.{n}"
+    for n in (
+        "tensor", "as_tensor", "from_numpy", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
+        "arange", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like", "full_like",
+        "rand_like", "randn_like", "randint_like", "randperm", "Tensor", "FloatTensor", "LongTensor",
+        "normal", "stack", "cat",
+    )
+)
+_TENSOR_METHODS_RETURNING_TENSOR = frozenset(
+    {
+        "to", "cuda", "cpu", "float", "double", "half", "view", "reshape", "sum", "mean", "pow", "mul", "add",
+        "sub", "div", "exp", "log", "t", "mm", "matmul", "clone", "detach", "requires_grad_", "squeeze",
+        "unsqueeze", "flatten", "abs", "sqrt", "square", "relu", "sigmoid", "tanh", "max", "min", "norm",
+        "expand", "expand_as", "permute", "transpose", "contiguous", "softmax", "log_softmax",
+    }
+)
+_MODULE_ITERATORS = frozenset({"modules", "children"})
+_NAMED_MODULE_ITERATORS = frozenset({"named_modules", "named_children"})
+_PARAM_ITERATORS = frozenset({"parameters"})
+_NAMED_PARAM_ITERATORS = frozenset({"named_parameters"})
+# Attributes of built-in layers that are parameters.
+_BUILTIN_PARAM_ATTRS = frozenset(
+    {"weight", "bias", "in_proj_weight", "in_proj_bias", "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"}
+)
+
+
+class Inference:
+    def __init__(self, model: SemanticModel):
+        self.model = model
+        self._cache: dict[int, Value] = {}
+        self._active: set[int] = set()
+        self._applied: dict[ast.AST, ast.expr] | None = None
+
+    # ----------------------------------------------------------------- entry
+    def infer(self, expr: ast.AST | None) -> Value:
+        if expr is None:
+            return None
+        key = id(expr)
+        if key in self._cache:
+            return self._cache[key]
+        if key in self._active:  # recursion through self-referential bindings
+            return None
+        self._active.add(key)
+        try:
+            value = self._infer(expr)
+        except RecursionError:
+            value = None
+        finally:
+            self._active.discard(key)
+        self._cache[key] = value
+        return value
+
+    def _infer(self, expr: ast.AST) -> Value:
+        m = self.model
+        if isinstance(expr, ast.Call):
+            return self._infer_call(expr)
+        if isinstance(expr, ast.Lambda):
+            return CallableValue(expr)
+        if isinstance(expr, FunctionNode):
+            return CallableValue(expr)
+        if isinstance(expr, ast.Name):
+            return self._infer_name(expr)
+        if isinstance(expr, ast.Attribute):
+            return self._infer_attribute(expr)
+        if isinstance(expr, ast.Subscript):
+            base = self.infer(expr.value)
+            if isinstance(base, ModuleValue) and base.torch_class and base.torch_class.rsplit(".", 1)[-1] in (
+                "Sequential", "ModuleList", "ModuleDict"
+            ):
+                return ModuleValue(description=f"{base.description}[...]")
+            return None
+        if isinstance(expr, ast.BinOp):
+            left, right = self.infer(expr.left), self.infer(expr.right)
+            if isinstance(left, TensorValue) or isinstance(right, TensorValue):
+                return TensorValue(leaf=False)
+            return None
+        if isinstance(expr, ast.NamedExpr):
+            return self.infer(expr.value)
+        del m
+        return None
+
+    # ----------------------------------------------------------------- names
+    def _infer_name(self, expr: ast.Name) -> Value:
+        bindings = self.model.bindings_at(expr)
+        if not bindings:
+            return None
+        values = [self.value_of_binding(b) for b in bindings]
+        first = values[0]
+        if all(_same_kind(first, v) for v in values[1:]):
+            return first if len(values) == 1 else _merge(values)
+        return None
+
+    def value_of_binding(self, b: Binding) -> Value:
+        if b.kind == "def":
+            return CallableValue(b.node)  # type: ignore[arg-type]
+        if b.kind == "class":
+            return ClassValue(local_class=self.model.classes.get(b.node))  # type: ignore[arg-type]
+        if b.kind == "import":
+            qual = b.value
+            if isinstance(qual, str) and is_torch_module_class(qual):
+                return ClassValue(torch_class=qual)
+            return None
+        if b.kind == "assign":
+            if b.path:
+                return self._unpacked(b.value, b.path)  # type: ignore[arg-type]
+            return self.infer(b.value)  # type: ignore[arg-type]
+        if b.kind == "for":
+            return self._iterated(b.value, b.path)  # type: ignore[arg-type]
+        if b.kind == "param":
+            return self._infer_param(b)
+        return None
+
+    def _unpacked(self, value: ast.AST, path: tuple[int, ...]) -> Value:
+        for index in path:
+            if isinstance(value, (ast.Tuple, ast.List)) and 0 <= index < len(value.elts):
+                value = value.elts[index]
+            else:
+                return None
+        return self.infer(value)
+
+    def _iterated(self, iterable: ast.AST, path: tuple[int, ...]) -> Value:
+        """The value of a ``for`` target drawn from ``iterable``."""
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
+            method = iterable.func.attr
+            receiver = self.infer(iterable.func.value)
+            if isinstance(receiver, ModuleValue):
+                if method in _MODULE_ITERATORS and path == ():
+                    return ModuleValue(description=f"each module of {_src(iterable.func.value)}")
+                if method in _NAMED_MODULE_ITERATORS and path == (1,):
+                    return ModuleValue(description=f"each module of {_src(iterable.func.value)}")
+                if method in _PARAM_ITERATORS and path == ():
+                    return TensorValue(parameter=True, leaf=True, requires_grad=True, owner=receiver)
+                if method in _NAMED_PARAM_ITERATORS and path == (1,):
+                    return TensorValue(parameter=True, leaf=True, requires_grad=True, owner=receiver)
+        if isinstance(iterable, (ast.List, ast.Tuple)) and path == () and iterable.elts:
+            values = [self.infer(e) for e in iterable.elts]
+            if all(isinstance(v, ModuleValue) for v in values):
+                return ModuleValue(description="each of " + _src(iterable))
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate":
+            if path and path[0] == 1 and iterable.args:
+                return self._iterated(iterable.args[0], path[1:])
+        return None
+
+    def _infer_param(self, b: Binding) -> Value:
+        arg: ast.arg = b.value  # type: ignore[assignment]
+        func = b.scope.node
+        if arg.annotation is not None:
+            qual = self.model.qualify(arg.annotation)
+            if is_torch_module_class(qual):
+                return ModuleValue(torch_class=qual if qual != "torch.nn.Module" else None,
+                                   description=f"parameter {arg.arg}")
+            local = self.model.class_for_expr(arg.annotation)
+            if local is not None and self.model.is_module_class(local):
+                return ModuleValue(local_class=local, description=f"parameter {arg.arg}")
+            if qual in ("torch.Tensor", "torch.nn.Parameter"):
+                return TensorValue(parameter=qual == "torch.nn.Parameter")
+        params = positional_params(func) if isinstance(func, FunctionNode + (ast.Lambda,)) else []
+        # `self` of a method of a module class
+        if params and params[0] == arg.arg and b.scope.parent is not None and b.scope.parent.kind == "class" \
+                and isinstance(func, FunctionNode) and not is_staticmethod(func) and not is_classmethod(func):
+            info = self.model.classes.get(b.scope.parent.node)  # type: ignore[arg-type]
+            if info is not None:
+                if self.model.is_module_class(info):
+                    return ModuleValue(local_class=info, description="self")
+                return ObjectValue(info)
+            return None
+        # the argument of a function passed to `module.apply(fn)`
+        if params and params[0] == arg.arg:
+            applied = self.applied_functions().get(func)
+            if applied is not None:
+                return ModuleValue(applied_from=applied, description=f"each module of {_src(applied)}")
+        return None
+
+    def applied_functions(self) -> dict[ast.AST, ast.expr]:
+        """Functions passed to ``<module>.apply(fn)``, mapped to the module expression."""
+        if self._applied is None:
+            self._applied = {}
+            for call in self.model.calls_of_method("apply"):
+                if len(call.args) != 1 or call.keywords:
+                    continue
+                receiver = call.func.value  # type: ignore[attr-defined]
+                # `apply` is also a method of autograd.Function; that one is not a module
+                if isinstance(self.infer(receiver), ClassValue):
+                    continue
+                target = self.infer(call.args[0])
+                if isinstance(target, CallableValue) and target.bound == 0:
+                    recv_value = self.infer(receiver)
+                    if isinstance(recv_value, ModuleValue) or recv_value is None:
+                        self._applied[target.node] = receiver
+        return self._applied
+
+    # ------------------------------------------------------------ attributes
+    def _infer_attribute(self, expr: ast.Attribute) -> Value:
+        qual = self.model.qualify(expr)
+        if qual is not None and is_torch_module_class(qual):
+            return ClassValue(torch_class=qual)
+        base = self.infer(expr.value)
+        if isinstance(base, ModuleValue):
+            if base.local_class is not None:
+                method = base.local_class.method(expr.attr)
+                if method is not None:
+                    if is_staticmethod(method):
+                        return CallableValue(method, owner=base.local_class, via="method")
+                    return CallableValue(method, bound=1, owner=base.local_class, via="method")
+                assigned = base.local_class.attribute(expr.attr)
+                if assigned:
+                    values = [self.infer(v) for v, _scope, _node in assigned]
+                    if values and all(_same_kind(values[0], v) for v in values[1:]):
+                        value = values[0]
+                        if isinstance(value, ModuleValue):
+                            return ModuleValue(value.torch_class, value.local_class, value.call, None,
+                                               _src(expr))
+                        if isinstance(value, TensorValue) and value.parameter:
+                            return TensorValue(parameter=True, leaf=True, requires_grad=value.requires_grad,
+                                               owner=base)
+                        return value
+                    return None
+            if expr.attr in _BUILTIN_PARAM_ATTRS and (base.local_class is None):
+                return TensorValue(parameter=True, leaf=True, owner=base)
+            return None
+        if isinstance(base, ObjectValue):
+            method = base.local_class.method(expr.attr)
+            if method is not None:
+                return CallableValue(method, bound=0 if is_staticmethod(method) else 1,
+                                     owner=base.local_class, via="method")
+            assigned = base.local_class.attribute(expr.attr)
+            if len(assigned) == 1:
+                return self.infer(assigned[0][0])
+            return None
+        if isinstance(base, TensorValue) and expr.attr in ("data", "T", "mT"):
+            return TensorValue(leaf=base.leaf, requires_grad=False if expr.attr == "data" else base.requires_grad)
+        return None
+
+    # ----------------------------------------------------------------- calls
+    def _infer_call(self, call: ast.Call) -> Value:
+        func = call.func
+        qual = self.model.qualify(func)
+        # functools.partial(fn, *args, **kw)
+        if qual in ("functools.partial",) and call.args:
+            inner = self.infer(call.args[0])
+            if isinstance(inner, CallableValue):
+                return CallableValue(
+                    inner.node,
+                    bound=inner.bound + len(call.args) - 1,
+                    bound_keywords=inner.bound_keywords | {k.arg for k in call.keywords if k.arg},
+                    owner=inner.owner,
+                    via="partial",
+                )
+            return None
+        if qual in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            return TensorValue(parameter=True, leaf=True, requires_grad=_kw_bool(call, "requires_grad", True))
+        if qual in _TENSOR_FACTORIES:
+            return TensorValue(leaf=True, requires_grad=_kw_bool(call, "requires_grad", False))
+        if qual is not None and is_torch_module_class(qual):
+            return ModuleValue(torch_class=qual, call=call, description=_src(call))
+        local = self.model.class_for_expr(func)
+        if local is not None:
+            is_mod = self.model.is_module_class(local)
+            if is_mod:
+                return ModuleValue(local_class=local, call=call, description=_src(call))
+            # a plain local class (callable if it defines __call__), or one whose
+            # bases come from elsewhere and may or may not be a module
+            return ObjectValue(local)
+        if isinstance(func, ast.Attribute):
+            receiver = self.infer(func.value)
+            if isinstance(receiver, TensorValue) and func.attr in _TENSOR_METHODS_RETURNING_TENSOR:
+                if func.attr == "requires_grad_":
+                    return TensorValue(leaf=receiver.leaf, requires_grad=_arg_bool(call, 0, True))
+                if func.attr == "detach":
+                    return TensorValue(leaf=True, requires_grad=False)
+                if func.attr in ("to", "cuda", "cpu", "float", "double", "half") and receiver.leaf:
+                    # a device/dtype move of a leaf is a new non-leaf when it copies
+                    return TensorValue(leaf=None, requires_grad=receiver.requires_grad)
+                return TensorValue(leaf=False, requires_grad=receiver.requires_grad)
+            if isinstance(receiver, ModuleValue) and func.attr in ("to", "cuda", "cpu", "train", "eval",
+                                                                  "float", "double", "half", "requires_grad_"):
+                return receiver  # these return self
+            if isinstance(receiver, ModuleValue) and func.attr in ("get_submodule",):
+                return ModuleValue(description=_src(call))
+            if isinstance(receiver, ModuleValue) and func.attr in ("register_parameter",):
+                return None
+        if qual is not None and qual.startswith("torch.") and qual.split(".")[1] in (
+            "pow", "sum", "mean", "mul", "add", "relu", "sigmoid", "tanh", "exp", "log", "matmul", "mm",
+            "square", "abs", "softmax", "max", "min", "sin", "cos", "div", "sub", "clamp"
+        ):
+            return TensorValue(leaf=False)
+        # A call to a local factory that returns a nested function (seed 003's freeze_single)
+        target = self.infer(func)
+        if isinstance(target, CallableValue) and isinstance(target.node, FunctionNode):
+            returned = self._returned_callable(target.node)
+            if returned is not None:
+                return CallableValue(returned, via="factory")
+        if isinstance(target, ObjectValue):
+            return None
+        return None
+
+    def _returned_callable(self, func: ast.FunctionDef | ast.AsyncFunctionDef):
+        """The function a factory returns, when every return returns the same one."""
+        found = None
+        for ret in _returns_of(func):
+            if ret.value is None:
+                return None
+            value = self.infer(ret.value)
+            if not isinstance(value, CallableValue) or value.bound:
+                return None
+            if found is not None and found is not value.node:
+                return None
+            found = value.node
+        return found
+
+    def callable_of(self, expr: ast.AST) -> CallableValue | None:
+        """Resolve a hook argument to the code that will run, if it can be seen."""
+        value = self.infer(expr)
+        if isinstance(value, CallableValue):
+            return value
+        if isinstance(value, ObjectValue):
+            call = value.local_class.method("__call__")
+            if call is not None:
+                return CallableValue(call, bound=1, owner=value.local_class, via="__call__")
+        return None
+
+
+def _returns_of(func: ast.AST):
+    """Return statements of a function, not of functions nested in it."""
+    stack = list(func.body)  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Return):
+            yield node
+        if isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _kw_bool(call: ast.Call, name: str, default: bool | None) -> bool | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            if isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool):
+                return kw.value.value
+            return None
+    return default
+
+
+def _arg_bool(call: ast.Call, index: int, default: bool | None) -> bool | None:
+    if len(call.args) > index:
+        node = call.args[index]
+        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            return node.value
+        return None
+    return _kw_bool(call, "requires_grad", default)
+
+
+def _same_kind(a: Value, b: Value) -> bool:
+    if a is None or b is None:
+        return False
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, CallableValue):
+        return a.node is b.node and a.bound == b.bound  # type: ignore[union-attr]
+    if isinstance(a, ModuleValue):
+        return a.local_class is b.local_class and a.torch_class == b.torch_class  # type: ignore[union-attr]
+    return True
+
+
+def _merge(values: list[Value]) -> Value:
+    first = values[0]
+    if isinstance(first, ModuleValue):
+        return ModuleValue(first.torch_class, first.local_class, None, None, first.description)
+    return first
+
+
+def _src(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
+        return "<expr>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+src = _src
