@@ -107,6 +107,16 @@ def check_text(
         return result
     result.parsed = True
     ctx = FileContext(path, text, tree, display_path=display, graph=graph)
+    try:
+        findings = _run_rules(ctx, active, result)
+    finally:
+        ctx.close()
+    result.findings = apply_noqa(text, findings)
+    return result
+
+
+def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> list[Finding]:
+    display = ctx.display_path
     findings: list[Finding] = []
     for rule in _static_rules(active):
         try:
@@ -120,8 +130,7 @@ def check_text(
             result.notices.append(Notice(
                 display, f"internal error in {rule.code} ({type(exc).__name__}: {exc}); please report it",
                 NoticeLevel.ERROR))
-    result.findings = apply_noqa(text, findings)
-    return result
+    return findings
 
 
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:

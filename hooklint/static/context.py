@@ -37,6 +37,11 @@ class FileContext:
     def hooks(self) -> HookIndex:
         return HookIndex(self.model, self.inference)
 
+    def close(self) -> None:
+        """Free the analysis promptly (see SemanticModel.release)."""
+        if "model" in self.__dict__:
+            self.model.release()
+
     def span(self, node: ast.AST) -> tuple[Location, Location]:
         row = getattr(node, "lineno", 1)
         col = getattr(node, "col_offset", 0)

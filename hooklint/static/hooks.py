@@ -155,15 +155,21 @@ class HookIndex:
             reg = self._method_registration(call)
             if reg is not None:
                 out.append(reg)
-        for name, kind in GLOBAL_KINDS.items():
-            for call in self.model.method_calls.get(name, []) + self.model.name_calls.get(name, []):
-                qual = self.model.qualify(call.func)
-                if qual is None or not any(qual == p + name for p in _GLOBAL_PREFIXES):
-                    continue
-                hook_expr = _hook_arg(call)
-                out.append(Registration(call, kind, None, None, hook_expr,
-                                        self.inference.callable_of(hook_expr) if hook_expr else None,
-                                        is_global=True))
+        candidates = [c for name in GLOBAL_KINDS for c in self.model.method_calls.get(name, [])]
+        # bare names, possibly imported under an alias
+        candidates += [c for calls in self.model.name_calls.values() for c in calls]
+        for call in candidates:
+            qual = self.model.qualify(call.func)
+            if qual is None:
+                continue
+            name = qual.rsplit(".", 1)[-1]
+            kind = GLOBAL_KINDS.get(name)
+            if kind is None or not any(qual == p + name for p in _GLOBAL_PREFIXES):
+                continue
+            hook_expr = _hook_arg(call)
+            out.append(Registration(call, kind, None, None, hook_expr,
+                                    self.inference.callable_of(hook_expr) if hook_expr else None,
+                                    is_global=True))
         out.sort(key=lambda r: (r.call.lineno, r.call.col_offset))
         return out
 

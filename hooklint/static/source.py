@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import io
-import re
 import tokenize
 from dataclasses import dataclass
 
@@ -20,9 +19,6 @@ class SourceError(Exception):
     column: int = 1
 
 
-_COOKIE_RE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
-
-
 def decode_source(data: bytes) -> str:
     """Decode bytes as Python would, raising SourceError on failure."""
     if b"\x00" in data[:8192] and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -30,13 +26,24 @@ def decode_source(data: bytes) -> str:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
+        # detect_encoding also fails on undecodable bytes in the first two
+        # lines; name the byte rather than a declaration that is not there
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            row, column = _error_position(data, bad.start)
+            raise SourceError("decode", f"file is not valid utf-8 text (byte {data[bad.start]:#04x}) and declares "
+                              f"no other encoding", row, column) from None
         raise SourceError("decode", f"invalid encoding declaration: {exc.msg}") from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as exc:
         row, column = _error_position(data, getattr(exc, "start", 0))
-        reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
-        raise SourceError("decode", f"file is not valid {encoding} text ({reason})", row, column) from None
+        if isinstance(exc, UnicodeDecodeError):
+            detail = f"byte {data[exc.start]:#04x}: {exc.reason}"
+        else:
+            detail = str(exc)
+        raise SourceError("decode", f"file is not valid {encoding} text ({detail})", row, column) from None
     if text.startswith("\ufeff"):
         text = text[1:]
     return text

@@ -1,0 +1,77 @@
+"""noqa parsing and file selection (gitignore semantics) as units."""
+
+from __future__ import annotations
+
+import pytest
+
+from hooklint.files import GitIgnore, Walker, glob_match
+from hooklint.static.noqa import parse_noqa
+
+
+def test_noqa_forms():
+    text = "\n".join([
+        "a  # noqa",
+        "b  # noqa: HKL101",
+        "c  # noqa:HKL101,hkl102",
+        "d  # NOQA: HKL101 HKL201",
+        "e  # noqa: E501",
+        "f = '# noqa'",
+    ])
+    noqa = parse_noqa(text)
+    assert noqa.suppresses("HKL999", 1)
+    assert noqa.suppresses("HKL101", 2) and not noqa.suppresses("HKL102", 2)
+    assert noqa.suppresses("HKL102", 3)
+    assert noqa.suppresses("HKL201", 4)
+    assert not noqa.suppresses("HKL101", 5)
+    assert not noqa.suppresses("HKL101", 6)
+
+
+def test_file_level_noqa_must_be_its_own_comment():
+    assert parse_noqa("x = 1\n# hooklint: noqa\n").suppresses("HKL101", 1)
+    assert not parse_noqa("x = 1  # hooklint: noqa is discussed here\n").suppresses("HKL101", 5)
+    only = parse_noqa("# hooklint: noqa: HKL101, HKL102\n")
+    assert only.suppresses("HKL102", 9) and not only.suppresses("HKL201", 9)
+
+
+@pytest.mark.parametrize(
+    "pattern, path, is_dir, expected",
+    [
+        ("build", "build", True, True),
+        ("build", "src/build/x.py", False, True),
+        ("build/", "build", False, False),
+        ("build/", "build/x.py", False, True),
+        ("/top.py", "top.py", False, True),
+        ("/top.py", "sub/top.py", False, False),
+        ("*.py", "a/b/c.py", False, True),
+        ("fixtures/*", "fixtures/a.py", False, True),
+        ("fixtures/*", "other/fixtures/a.py", False, False),
+        ("**/gen_*.py", "a/b/gen_x.py", False, True),
+        ("a/**/z.py", "a/b/c/z.py", False, True),
+        ("data[0-9].py", "data7.py", False, True),
+    ],
+)
+def test_glob_match(pattern, path, is_dir, expected):
+    assert glob_match(pattern, path, is_dir) is expected
+
+
+def test_gitignore_negation_and_nesting(tmp_path):
+    (tmp_path / ".gitignore").write_text("*.py\n!keep.py\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / ".gitignore").write_text("!also.py\n")
+    for name in ("drop.py", "keep.py", "sub/also.py", "sub/drop.py"):
+        (tmp_path / name).write_text("")
+    files = Walker(tmp_path, []).files([str(tmp_path)])
+    assert sorted(p.split("/")[-2:][-1] if "sub" not in p else "sub/" + p.rsplit("/", 1)[1] for p in files) == [
+        "keep.py", "sub/also.py"]
+
+
+def test_symlink_loop_does_not_hang(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "m.py").write_text("")
+    (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    files = Walker(tmp_path, []).files([str(tmp_path)])
+    assert [f.rsplit("/", 2)[-2:] for f in files] == [["a", "m.py"]]
+
+
+def test_gitignore_object_without_rules():
+    assert not GitIgnore().ignores("x.py", False)
