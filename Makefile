@@ -30,8 +30,17 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/hooklint check fixtures/ || [ $$? -eq 1 ]
 
-test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The HTML report test (tests/integrations/test_html_report.py) opens the
+# report in real headless Chromium: Debian's package, installed when missing
+# (CI runs as root; elsewhere install it yourself, or set CHROMIUM to another
+# Chromium binary).
+CHROMIUM ?= /usr/bin/chromium
+
+test: $(STAMP) $(CHROMIUM)
+	CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+$(CHROMIUM):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 docs: $(STAMP)
 	$(BIN)/python -m hooklint.docs

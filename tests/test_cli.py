@@ -300,3 +300,21 @@ def test_unreadable_paths_give_hkl002(project):
     assert "dangling.py:1:1: HKL002" in r.stdout
     assert "bad.py:7:7: HKL101" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+def test_output_file_in_new_folder_is_world_readable(project):
+    r = check(project, "--output-format", "json", "-o", "out/sub/findings.json", "bad.py")
+    assert r.returncode == 1, r.stderr
+    path = project / "out" / "sub" / "findings.json"
+    assert json.loads(path.read_text())[0]["code"] == "HKL101"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # what open() would have made
+
+
+def test_columns_count_python_line_breaks_only(project):
+    """A form feed is not a line break for Python: rows and columns must not shift."""
+    (project / "ff.py").write_text("import torch.nn as nn  # \x0c\nm = nn.Linear(2, 2)\n"
+                                   "s = 'é'; m.register_backward_hook(lambda mod, gi, go: None)\n")
+    r = check(project, "--output-format", "concise", "ff.py")
+    assert r.stdout.startswith("ff.py:3:12: HKL101"), r.stdout

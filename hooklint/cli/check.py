@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 _PLUGIN_MODULES = ("hooklint.graph.cli_options", "hooklint.fix.cli_options", "hooklint.parallel")
 
 
-def _plugins():
+def plugins():
     import importlib
 
     for modname in _PLUGIN_MODULES:
@@ -59,7 +59,7 @@ def _plugins():
 
 
 def _extend_parser(p: argparse.ArgumentParser) -> None:
-    for module in _plugins():
+    for module in plugins():
         add = getattr(module, "add_check_options", None)
         if add is not None:
             add(p)
@@ -75,7 +75,7 @@ def build_options(args: argparse.Namespace) -> CheckOptions:
         prefilter=args.prefilter,
         jobs=getattr(args, "jobs", None) or 1,
     )
-    for module in _plugins():
+    for module in plugins():
         configure = getattr(module, "configure_check", None)
         if configure is not None:
             configure(options, args)
@@ -113,7 +113,7 @@ def emit(report: Report, options: CheckOptions, args: argparse.Namespace) -> Non
     if getattr(args, "statistics", False):
         write_output(statistics_table(report), args.output_file)
     else:
-        sources = _source_loader()
+        sources = source_loader()
         text = render(report, fmt, sources=sources, catalog=rule_catalog() if fmt == "sarif" else {},
                       color=(not to_file) and use_color(sys.stdout))
         write_output(text, args.output_file)
@@ -127,7 +127,7 @@ def emit(report: Report, options: CheckOptions, args: argparse.Namespace) -> Non
     sys.stderr.flush()
 
 
-def _source_loader():
+def source_loader():
     from hooklint.static.source import SourceError, read_source
 
     cache: dict[str, str | None] = {}

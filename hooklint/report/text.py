@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 
 from hooklint.findings import Applicability, Finding, Report, Severity
+from hooklint.static.source import python_lines
 
 _RESET = "\x1b[0m"
 _BOLD = "\x1b[1m"
@@ -60,7 +61,7 @@ def render_concise(report: Report, color: bool = False) -> str:
 def code_frame(text: str | None, f: Finding, style: _Style, context: int = 1) -> list[str]:
     if text is None:
         return []
-    lines = text.splitlines()
+    lines = python_lines(text)
     row = f.location.row
     if not 1 <= row <= len(lines):
         return []

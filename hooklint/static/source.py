@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import codecs
 import io
+import re
 import tokenize
 from dataclasses import dataclass
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,38 @@ def _error_position(data: bytes, offset: int) -> tuple[int, int]:
     return row, column
 
 
+# Python's own line breaks.  str.splitlines() also splits on \x0c, \x1c, \x85,
+# \u2028 and more, which would shift every row after such a character.
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def python_lines(text: str, keepends: bool = False) -> list[str]:
+    """The lines of a text as Python (and ast line numbers) count them."""
+    if not keepends:
+        lines = LINE_BREAK.split(text)
+        if lines and not lines[-1]:
+            lines.pop()
+        return lines
+    out, start = [], 0
+    for match in LINE_BREAK.finditer(text):
+        out.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
 class LineIndex:
     """Converts ast positions (1-based rows, UTF-8 byte columns) to 1-based
-    character columns, and back, for one text."""
+    character columns for one text."""
 
     def __init__(self, text: str):
         self.text = text
-        self.lines = text.splitlines(keepends=True) or [""]
-        self._starts: list[int] | None = None
+
+    @cached_property
+    def lines(self) -> list[str]:
+        # only needed where a finding is reported: most parsed files have none
+        return python_lines(self.text, keepends=True) or [""]
 
     def line(self, row: int) -> str:
         if 1 <= row <= len(self.lines):
@@ -84,15 +110,3 @@ class LineIndex:
         if line.isascii():
             return byte_col + 1
         return len(line.encode("utf-8")[:byte_col].decode("utf-8", errors="replace")) + 1
-
-    def offset(self, row: int, column: int) -> int:
-        """Character offset in the text of a 1-based (row, column)."""
-        if self._starts is None:
-            starts, total = [], 0
-            for line in self.lines:
-                starts.append(total)
-                total += len(line)
-            starts.append(total)
-            self._starts = starts
-        row = max(1, min(row, len(self._starts) - 1 if self._starts else 1))
-        return self._starts[row - 1] + column - 1

@@ -1,0 +1,19 @@
+"""Applying fixes: ``hooklint check --fix``, ``--unsafe-fixes`` and ``--diff``.
+
+* :mod:`hooklint.fix.apply` works on text only: it turns the fixes of a set
+  of findings into one new text (non-overlapping edits, a re-parse gate, rounds
+  until nothing more applies);
+* :mod:`hooklint.fix.files` reads and writes files (encoding, byte-order
+  mark, line endings, atomic replace) and renders unified diffs;
+* :mod:`hooklint.fix.cli_options` adds the options to ``hooklint check``.
+
+Which fixes run is each fix's :class:`~hooklint.findings.Applicability`:
+``--fix`` applies the safe ones, ``--unsafe-fixes`` adds the unsafe ones, and
+display-only fixes are never applied.
+"""
+
+from __future__ import annotations
+
+from hooklint.fix.apply import FixOutcome, RejectedFix, apply_round, fix_text
+
+__all__ = ["FixOutcome", "RejectedFix", "apply_round", "fix_text"]

@@ -1,0 +1,25 @@
+"""Paths as CI services want them: relative to the repository root, with
+forward slashes (GitHub resolves annotation and SARIF paths from there, not
+from the folder hooklint ran in)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def repository_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` holding ``.git`` (a folder, or a
+    file in worktrees and submodules); ``start`` itself when there is none."""
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return start
+
+
+def repo_relative(path: str, root: Path) -> str | None:
+    """``path`` relative to ``root`` in posix form, or None when it is outside."""
+    try:
+        return Path(path).resolve().relative_to(root).as_posix()
+    except ValueError:
+        return None

@@ -1,0 +1,122 @@
+"""The real `pre-commit try-repo` against this repository's
+.pre-commit-hooks.yaml: pre-commit installs hooklint into a fresh virtualenv
+(from the package index, without torch) and runs the `hooklint` hook on a
+temporary git repository.  A buggy file fails with its finding shown, a clean
+file passes.  Slow (tens of seconds: it builds and installs hooklint)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+BUGGY = """\
+import torch.nn as nn
+
+def log(module, grad_input, grad_output):
+    print(grad_input[0].norm())
+
+layer = nn.Linear(4, 2)
+layer.register_backward_hook(log)
+"""
+
+CLEAN = """\
+import torch.nn as nn
+
+def log(module, grad_input, grad_output):
+    print(grad_input[0].norm())
+
+layer = nn.Linear(4, 2)
+layer.register_full_backward_hook(log)
+"""
+
+# What pip needs to build hooklint, as a git checkout of this repository has it.
+_PACKAGE_FILES = ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml")
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=hooklint tests", "-c", "user.email=tests@hooklint.invalid",
+                    "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main", *args],
+                   cwd=cwd, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def hooks_repo(tmp_path_factory) -> Path:
+    """A committed copy of the working tree's package (try-repo needs a git
+    repository, and /work/main's own history is not ours to touch)."""
+    repo = tmp_path_factory.mktemp("hooklint-repo")
+    for name in _PACKAGE_FILES:
+        shutil.copy2(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "hooklint", repo / "hooklint", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "hooklint under test")
+    return repo
+
+
+@pytest.fixture(scope="module")
+def pre_commit_home(tmp_path_factory) -> Path:
+    # kept out of the user's ~/.cache/pre-commit
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    (tmp_path / "buggy.py").write_text(BUGGY)
+    (tmp_path / "clean.py").write_text(CLEAN)
+    (tmp_path / "notes.txt").write_text("register_backward_hook in prose is not code\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    return tmp_path
+
+
+def try_repo(project: Path, hooks_repo: Path, home: Path, *files: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PRE_COMMIT_HOME=str(home), NO_COLOR="1", PRE_COMMIT_COLOR="never")
+    env.pop("HOOKLINT_STRICT", None)  # the hook runs as users run it
+    return subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hooks_repo), "hooklint",
+                           "--files", *files], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_buggy_file_fails_with_its_finding(project, hooks_repo, pre_commit_home):
+    r = try_repo(project, hooks_repo, pre_commit_home, "buggy.py", "notes.txt")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "hooklint" in out and "Failed" in out
+    assert "buggy.py:7:7: HKL101" in out
+    assert "buggy.py:7:7: HKL102" in out
+    assert "notes.txt" not in out.split("Failed", 1)[1]  # types_or: only Python files are passed
+
+
+def test_clean_file_passes(project, hooks_repo, pre_commit_home):
+    r = try_repo(project, hooks_repo, pre_commit_home, "clean.py")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "Passed" in out
+
+
+def test_hook_environment_has_no_torch(project, hooks_repo, tmp_path_factory):
+    """Through a .pre-commit-config.yaml, as projects use it (try-repo throws
+    its environment away): the installed environment has hooklint, not torch."""
+    home = tmp_path_factory.mktemp("pre-commit-home-config")
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hooks_repo, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    (project / ".pre-commit-config.yaml").write_text(
+        f"repos:\n- repo: {hooks_repo}\n  rev: {rev}\n  hooks:\n  - id: hooklint\n")
+    env = dict(os.environ, PRE_COMMIT_HOME=str(home), PRE_COMMIT_COLOR="never")
+    r = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--files", "buggy.py"], cwd=project, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1 and "HKL101" in r.stdout, r.stdout + r.stderr
+    pythons = sorted(home.glob("repo*/py_env-*/bin/python"))
+    assert len(pythons) == 1, f"expected one pre-commit environment under {home}"
+    probe = ("import importlib.metadata as m, importlib.util as u; "
+             "print(m.version('hooklint'), u.find_spec('torch') is None)")
+    r = subprocess.run([str(pythons[0]), "-c", probe], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["0.1.0", "True"], r.stdout + r.stderr
