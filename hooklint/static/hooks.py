@@ -85,6 +85,9 @@ _ROLES_WITH_KWARGS: dict[HookKind, tuple[str, ...]] = {
     HookKind.FORWARD_PRE: ("module", "args", "kwargs"),
 }
 
+# Attributes holding autograd Nodes, whose register_hook is not Tensor.register_hook.
+_NODE_ATTRIBUTES = ("grad_fn", "grad_accumulator")
+
 # Trigger words: a file without any of these cannot contain a registration.
 REGISTRATION_TRIGGERS = tuple(METHOD_KINDS) + tuple(GLOBAL_KINDS)
 
@@ -184,7 +187,7 @@ class HookIndex:
             return None
         if kind is HookKind.TENSOR:
             # `y.grad_fn.register_hook` is an autograd Node hook, another signature
-            if isinstance(receiver, ast.Attribute) and receiver.attr in ("grad_fn", "grad_accumulator"):
+            if self._is_autograd_node(receiver):
                 return None
             if isinstance(value, ModuleValue):  # nn.Module has no register_hook
                 return None
@@ -197,6 +200,26 @@ class HookIndex:
             for k in call.keywords
         )
         return Registration(call, kind, receiver, value, hook_expr, hook, with_kwargs=with_kwargs)
+
+    def _is_autograd_node(self, receiver: ast.expr, depth: int = 0) -> bool:
+        """``y.grad_fn``, ``fn.next_functions[0][0]``, or a name holding one
+        (``grad_fn = y.grad_fn``; a parameter called ``grad_fn``, as in torch's
+        own BackwardHook)."""
+        if isinstance(receiver, ast.Attribute):
+            return receiver.attr in _NODE_ATTRIBUTES
+        if isinstance(receiver, ast.Subscript):
+            base = receiver.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            return isinstance(base, ast.Attribute) and base.attr == "next_functions"
+        if isinstance(receiver, ast.Name) and depth < 3:
+            if receiver.id in _NODE_ATTRIBUTES:
+                return True
+            bindings = self.model.bindings_at(receiver)
+            return bool(bindings) and all(
+                b.kind == "assign" and not b.path and isinstance(b.value, ast.expr) and b.value is not receiver
+                and self._is_autograd_node(b.value, depth + 1) for b in bindings)
+        return False
 
     def _reaches_torch_api(self, receiver: ast.expr, value: Value, method: str) -> bool:
         """False when the method is a local class's own method of the same name."""
