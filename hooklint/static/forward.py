@@ -68,6 +68,16 @@ class OpSite:
         return ", ".join(parts)
 
 
+def _constructed_without_bias(call: ast.Call | None) -> bool:
+    """``nn.Linear(4, 2, bias=False)`` or ``nn.Linear(4, 2, False)``."""
+    if call is None:
+        return False
+    for kw in call.keywords:
+        if kw.arg == "bias":
+            return isinstance(kw.value, ast.Constant) and kw.value.value is False
+    return len(call.args) >= 3 and isinstance(call.args[2], ast.Constant) and call.args[2].value is False
+
+
 def inplace_modules(call: ast.Call | None) -> bool:
     return call is not None and any(
         k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords
@@ -94,6 +104,9 @@ class ForwardAnalysis:
         if value.local_class is None:
             if value.torch_class:
                 name = value.class_name
+                if name == "Linear" and _constructed_without_bias(value.call):
+                    return OpSite("`mm` (MmBackward0) for a 2-D input", name, None,
+                                  "(grad of input, grad of weight.T) (for a 1-D input, a `view` of that result)")
                 if name in LEGACY_BUILTIN_BINDING:
                     op, grad_input = LEGACY_BUILTIN_BINDING[name]
                     return OpSite(op, name, None, grad_input)

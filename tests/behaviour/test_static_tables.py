@@ -70,3 +70,18 @@ def test_documented_bindings_of_other_layers(name, make, shape, node):
     out = layer(torch.rand(*shape, requires_grad=True))
     assert out.grad_fn.name() == node
     assert node.split("Backward")[0].lower() in LEGACY_BUILTIN_BINDING[name][0].lower()
+
+
+def test_linear_without_bias_binds_to_mm():
+    import ast
+
+    from hooklint.static.forward import ForwardAnalysis
+    from hooklint.static.semantic import SemanticModel
+    from hooklint.static.values import Inference
+
+    tree = ast.parse("import torch.nn as nn\nlayer = nn.Linear(4, 2, bias=False)\n")
+    model = SemanticModel(tree)
+    inference = Inference(model)
+    op = ForwardAnalysis(model, inference).last_op(inference.infer(tree.body[1].value))
+    out = nn.Linear(4, 2, bias=False)(torch.rand(3, 4, requires_grad=True))
+    assert out.grad_fn.name() == "MmBackward0" and "MmBackward0" in op.description
