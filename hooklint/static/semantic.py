@@ -471,7 +471,8 @@ class SemanticModel:
             return []
         if found[0].scope is scope and scope.kind != "class":
             line = name_node.lineno
-            before = [b for b in found if b.lineno and b.lineno <= line and b.kind != "param"]
+            before = [b for b in found if b.lineno and b.lineno <= line and b.kind != "param"
+                      and not _inside_own_assignment(name_node, b)]
             params = [b for b in found if b.kind == "param"]
             if before:
                 return [before[-1]]
@@ -479,12 +480,14 @@ class SemanticModel:
                 return params
         return found
 
-    def qualify(self, expr: ast.AST) -> str | None:
+    def qualify(self, expr: ast.AST, _seen: frozenset[int] = frozenset()) -> str | None:
         """Dotted qualified name of an expression made of names and attributes.
 
         ``tnn.Linear`` with ``import torch.nn as tnn`` gives ``torch.nn.Linear``;
         a builtin gives ``builtins.<name>``; a local definition gives its own name
-        prefixed with ``<local>.``.  Unknown gives None.
+        prefixed with ``<local>.``.  Unknown gives None.  ``_seen`` holds the
+        alias assignments already followed: `global` rebinding can make them
+        cycle (``hooks = HOOKS`` in a function that also does ``HOOKS = hooks``).
         """
         parts: list[str] = []
         cur = expr
@@ -502,22 +505,24 @@ class SemanticModel:
                 head = b.value  # type: ignore[assignment]
             elif b.kind in ("def", "class"):
                 head = f"<local>.{cur.id}"
-            elif b.kind == "assign" and isinstance(b.value, (ast.Name, ast.Attribute)) and b.value is not cur and not b.path:
-                head = self.qualify(b.value)  # alias: Module = nn.Module
+            elif b.kind == "assign" and isinstance(b.value, (ast.Name, ast.Attribute)) and b.value is not cur \
+                    and not b.path and id(b.node) not in _seen:
+                head = self.qualify(b.value, _seen | {id(b.node)})  # alias: Module = nn.Module
             else:
                 head = None
         if head is None:
             return None
         return ".".join([head] + parts[::-1])
 
-    def class_for_expr(self, expr: ast.AST) -> ClassInfo | None:
+    def class_for_expr(self, expr: ast.AST, _seen: frozenset[int] = frozenset()) -> ClassInfo | None:
         """The local class an expression names, if any (``MyNet``, ``self.Block``...)."""
         if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
             for b in reversed(self.bindings_at(expr)):
                 if b.kind == "class":
                     return self.classes.get(b.node)  # type: ignore[arg-type]
-                if b.kind == "assign" and isinstance(b.value, ast.Name) and not b.path and b.value is not expr:
-                    return self.class_for_expr(b.value)
+                if b.kind == "assign" and isinstance(b.value, ast.Name) and not b.path and b.value is not expr \
+                        and id(b.node) not in _seen:
+                    return self.class_for_expr(b.value, _seen | {id(b.node)})
                 break
         return None
 
@@ -572,6 +577,21 @@ class SemanticModel:
                 if b.kind == "import" and isinstance(b.value, str) and b.value.split(".")[0] == "torch":
                     return True
         return False
+
+
+def _inside_own_assignment(name_node: ast.Name, binding: Binding) -> bool:
+    """``x = x.T``: the ``x`` read on the right is the previous binding, not
+    this one (without this, following aliases loops forever)."""
+    if binding.kind not in ("assign", "augassign"):
+        return False
+    if (getattr(binding.node, "end_lineno", None) or binding.lineno) < name_node.lineno:
+        return False
+    cur = getattr(name_node, "_hl_parent", None)
+    while cur is not None and not isinstance(cur, ast.stmt):
+        if cur is binding.node:
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return cur is binding.node
 
 
 def _all_args(args: ast.arguments) -> list[ast.arg]:

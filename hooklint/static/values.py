@@ -267,6 +267,8 @@ class Inference:
             local = self.model.class_for_expr(arg.annotation)
             if local is not None and self.model.is_module_class(local):
                 return ModuleValue(local_class=local, description=f"parameter {arg.arg}")
+            if local is not None:  # an instance of a local class, as `_infer_call` gives for `Cls()`
+                return ObjectValue(local)
             if qual in ("torch.Tensor", "torch.nn.Parameter"):
                 return TensorValue(parameter=qual == "torch.nn.Parameter")
         params = positional_params(func) if isinstance(func, FunctionNode + (ast.Lambda,)) else []
