@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Severity
+from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.rules.grad_edit import describe_registrations, hook_label, registration_notes, registrations_by_hook
 from hooklint.static.bodies import (
@@ -158,6 +158,7 @@ class HookMutatesArgument(Rule):
     """
 
     code = "HKL401"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "hook-mutates-argument"
     summary = "A hook modifies its gradient or input argument in place instead of returning a new tensor"
     severity = Severity.ERROR
@@ -637,6 +638,7 @@ class HookReturnArity(Rule):
     """
 
     code = "HKL402"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "hook-return-arity"
     summary = "A hook returns a tuple of the wrong length, or the wrong type, for its kind of hook"
     severity = Severity.ERROR

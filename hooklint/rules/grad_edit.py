@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Applicability, Finding, Fix, Related, Severity
+from hooklint.findings import Applicability, Finding, Fix, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import TENSOR, body_nodes, inplace_writes, name_uses, return_statements
 from hooklint.static.context import FileContext
@@ -228,6 +228,7 @@ class GradEditInModuleHook(Rule):
     """
 
     code = "HKL201"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "grad-edit-in-module-hook"
     summary = "A module backward hook reads or writes a parameter's `.grad`, which may not hold this step's gradient"
     severity = Severity.ERROR
@@ -708,6 +709,7 @@ class PostAccumulateHookArgument(Rule):
     """
 
     code = "HKL203"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "post-accumulate-hook-argument"
     summary = "A post-accumulate-grad hook edits or returns its argument, the parameter, as if it were the gradient"
     severity = Severity.ERROR

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Related, Severity
+from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.flow import (
@@ -188,6 +188,7 @@ class TensorHookRemovedBeforeBackward(Rule):
     """
 
     code = "HKL301"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "tensor-hook-removed-before-backward"
     summary = "A tensor hook is removed before the backward pass it was registered for, so it never fires"
     severity = Severity.ERROR
@@ -452,6 +453,7 @@ class ModuleHookRegisteredAfterForward(Rule):
     """
 
     code = "HKL302"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "module-hook-registered-after-forward"
     summary = "A module backward hook is registered after the forward whose backward it is meant for; it does not fire"
     severity = Severity.ERROR
@@ -851,6 +853,7 @@ class HookLeak(Rule):
     """
 
     code = "HKL304"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "hook-leak"
     summary = "A hook is registered again on the same target on every iteration or call, and never removed"
     severity = Severity.ERROR

@@ -1,0 +1,110 @@
+"""``hooklint run SCRIPT [ARGS...]`` / ``hooklint run -m MODULE [ARGS...]``: run a
+program under instrumentation and report the hook problems it really had.
+
+The program runs as ``__main__`` in this process, as with ``python``; its own
+output and exit status are kept.  Findings are printed once it has finished
+(also when it calls ``sys.exit`` or raises): to stdout after its output, or to
+``-o FILE`` so the two never mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from hooklint.cli.options import add_output_options, add_selection_options, config_from_args, write_output
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="Run a script under instrumentation and report the hook problems it had.",
+        description="Run SCRIPT (or `-m MODULE`) as __main__, like `python`, observing every hook it "
+        "registers and every backward it runs, then report what went wrong with the same codes as "
+        "`hooklint check`. The script's output and exit status are kept; findings follow its output on "
+        "stdout, or go to -o FILE.",
+        usage="hooklint run [options] SCRIPT [ARGS...]\n       hooklint run [options] -m MODULE [ARGS...]",
+    )
+    add_selection_options(p)
+    add_output_options(p)
+    g = p.add_argument_group("behaviour")
+    g.add_argument("--config", metavar="FILE", help="Read configuration from FILE instead of the nearest "
+                   "pyproject.toml / hooklint.toml.")
+    g.add_argument("--isolated", action="store_true", help="Ignore all configuration files.")
+    g.add_argument("--fail-on-findings", action="store_true",
+                   help="Exit 1 when the script succeeded but findings were reported (default: the script's "
+                   "own exit status).")
+    g.add_argument("-q", "--quiet", action="store_true", help="No summary line on stderr.")
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS...]",
+                   help="Run a module, as `python -m` does; everything after it is passed to the module.")
+    p.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
+                   help="The script to run and its arguments.")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hooklint.engine import UsageError
+
+    if args.module:
+        module, script, script_args = args.module[0], None, args.module[1:]
+    elif args.script:
+        module, script, script_args = None, args.script[0], args.script[1:]
+    else:
+        raise UsageError("nothing to run: give a SCRIPT or -m MODULE")
+    args.paths = [script] if script is not None else []
+    config = config_from_args(args)
+    codes = config.enabled_codes()
+
+    try:
+        from hooklint.runtime.script import ScriptNotFound, check_target, run_main
+        from hooklint.runtime.session import Session
+    except ImportError as exc:  # torch missing
+        raise UsageError(f"`hooklint run` needs torch ({exc}); install it or `hooklint[torch]`") from None
+    try:
+        check_target(script, module)
+    except ScriptNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+    session = Session(codes=codes, all_threads=True)
+    session.start()
+    try:
+        outcome = run_main(script, module, script_args)
+        if outcome.exception is not None:
+            session.observe_exception(outcome.exception)
+    finally:
+        session.stop()  # judged while the script's objects are still alive
+    outcome.namespace = None
+
+    report = session.report()
+    _emit(report, config.output_format, args, script or f"-m {module}")
+    if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
+        return EXIT_FINDINGS
+    return outcome.exit_code
+
+
+def _emit(report, fmt: str, args: argparse.Namespace, what: str) -> None:
+    from hooklint.cli.check import source_loader
+    from hooklint.report import render, rule_catalog
+    from hooklint.report.text import render_notices, use_color
+
+    to_file = bool(args.output_file)
+    text = render(report, fmt, sources=source_loader(), catalog=rule_catalog() if fmt == "sarif" else {},
+                  color=(not to_file) and use_color(sys.stdout))
+    if text or to_file:
+        write_output(text, args.output_file)
+    notes = render_notices(report, color=use_color(sys.stderr))
+    if notes:
+        sys.stderr.write(notes)
+    if not args.quiet:
+        n = len(report.findings)
+        if n:
+            codes = sorted({f.code for f in report.findings})
+            sys.stderr.write(f"hooklint run: {n} finding{'s' if n != 1 else ''} observed while running {what} "
+                             f"({', '.join(codes)}).\n")
+        else:
+            sys.stderr.write(f"hooklint run: no hook problems observed while running {what}.\n")
+    sys.stderr.flush()
+
+
+__all__ = ["add_parser", "run", "EXIT_ERROR", "EXIT_OK"]

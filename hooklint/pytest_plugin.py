@@ -1,0 +1,153 @@
+"""pytest plugin (entry point ``pytest11``, name ``hooklint``).
+
+``pytest --hooklint`` instruments every test, from the setup of its fixtures
+to its end, and fails a test whose run produced findings, with the same codes
+and messages as ``hooklint check``.  Rule selection comes from
+``[tool.hooklint]`` (``select``, ``ignore``, ``per-file-ignores``), then
+``--hooklint-select`` / ``--hooklint-ignore``, then a test's
+``@pytest.mark.hooklint(select=..., ignore=..., enabled=...)``.
+
+The ``hooklint_session`` fixture gives the test its session (``.findings``);
+without ``--hooklint`` it starts one for that test only.  ``-p no:hooklint``
+turns the plugin off.
+
+This module imports neither torch nor the runtime layer unless ``--hooklint``
+is given or the fixture is used: it is loaded in every pytest run of every
+project that installed hooklint.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_SESSION_KEY = pytest.StashKey["object"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hooklint", "hook-correctness checks for PyTorch (hooklint)")
+    group.addoption("--hooklint", action="store_true", default=False,
+                    help="Instrument every test and fail those whose run showed hook problems.")
+    group.addoption("--hooklint-select", action="append", default=None, metavar="CODES",
+                    help="Rules to report, replacing [tool.hooklint] select (comma-separated: HKL2,HKL304).")
+    group.addoption("--hooklint-ignore", action="append", default=None, metavar="CODES",
+                    help="Rules not to report, in addition to [tool.hooklint] ignore.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "hooklint(select=None, ignore=(), enabled=True): rule selection for this test under `pytest --hooklint`",
+    )
+    if config.getoption("hooklint"):
+        config.pluginmanager.register(_Runner(config), "hooklint-runner")
+
+
+def _comma_list(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+class _Runner:
+    """Starts a session before each test's setup, judges it after the call, stops
+    it after teardown."""
+
+    def __init__(self, config: pytest.Config):
+        from hooklint.config import ConfigError, load_config, validate_selectors
+
+        try:
+            self.cfg = load_config(start=config.rootpath)
+            select = _comma_list(config.getoption("hooklint_select"))
+            ignore = _comma_list(config.getoption("hooklint_ignore")) or []
+            if select is not None:
+                validate_selectors(select, "--hooklint-select")
+                self.cfg.select = select
+            validate_selectors(ignore, "--hooklint-ignore")
+            self.cfg.ignore = self.cfg.ignore + ignore
+        except ConfigError as exc:
+            raise pytest.UsageError(f"hooklint: {exc}") from None
+
+    def _codes_for(self, item: pytest.Item) -> frozenset[str] | None:
+        from hooklint.config import ConfigError, resolve_codes, validate_selectors
+
+        select, extend, ignore = self.cfg.select, list(self.cfg.extend_select), list(self.cfg.ignore)
+        for marker in reversed(list(item.iter_markers("hooklint"))):  # the closest marker is applied last
+            if marker.args or marker.kwargs.get("enabled", True) is False:
+                if marker.args and marker.args[0] is not False:
+                    raise pytest.UsageError("use @pytest.mark.hooklint(enabled=False) to turn hooklint off")
+                return None
+            try:
+                if "select" in marker.kwargs:
+                    select = list(marker.kwargs["select"])
+                    validate_selectors(select, f"{item.nodeid}: hooklint marker")
+                if "ignore" in marker.kwargs:
+                    ignore += list(marker.kwargs["ignore"])
+                    validate_selectors(list(marker.kwargs["ignore"]), f"{item.nodeid}: hooklint marker")
+            except ConfigError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return frozenset(resolve_codes(select, extend, ignore))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        codes = self._codes_for(item)
+        if codes is not None:
+            from hooklint.runtime.session import Session
+
+            session = Session(codes=codes)
+            item.stash[_SESSION_KEY] = session
+            session.start()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        session = item.stash.get(_SESSION_KEY, None)
+        if session is None:
+            return (yield)
+        try:
+            result = yield
+        except BaseException as exc:
+            session.observe_exception(exc)
+            text = self._text(session)
+            if text:
+                item.add_report_section("call", "hooklint", text)
+            raise
+        text = self._text(session)
+        if text:
+            raise pytest.fail.Exception(text, pytrace=False)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem):
+        try:
+            return (yield)
+        finally:
+            session = item.stash.get(_SESSION_KEY, None)
+            if session is not None:
+                session.stop()
+
+    def _text(self, session) -> str:
+        from hooklint.engine import rel_to_root
+        from hooklint.testing import format_observations
+
+        session.judge_pending()
+        observations = [
+            obs for obs in session.observations
+            if not self.cfg.per_file_ignores
+            or obs.code not in self.cfg.ignored_for(rel_to_root(obs.site.filename, self.cfg.root))
+        ]
+        if not observations:
+            return ""
+        return format_observations(observations, "hooklint observed hook problems in this test")
+
+
+@pytest.fixture
+def hooklint_session(request: pytest.FixtureRequest):
+    """The hooklint session observing this test (``.findings``, ``.observations``)."""
+    session = request.node.stash.get(_SESSION_KEY, None)
+    if session is not None:
+        yield session
+        return
+    from hooklint.runtime.session import Session
+
+    with Session() as session:
+        yield session

@@ -1,0 +1,1089 @@
+"""Process-wide instrumentation: the patched PyTorch APIs, hook records, and
+the bookkeeping that turns what happens during forward and backward into
+observations.
+
+While at least one session is active, the hook registration APIs, the entry
+points of backward, ``RemovableHandle.remove``, ``Parameter.grad`` and
+``warnings.warn`` are replaced by thin wrappers; when the last session ends
+every one of them is put back, the hooks the user registered meanwhile are
+unwrapped in place, and hooklint's own helper hooks are removed.
+
+Only weak references to the user's modules and tensors are kept.  The numbers
+the program computes do not change: wrappers pass arguments and return values
+through untouched, and helper hooks return None.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import os
+import sys
+import threading
+import types
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_mod
+from torch.utils import hooks as torch_hooks
+from torch.utils.weak import WeakIdKeyDictionary
+
+from hooklint.runtime import describe, frames, observe
+from hooklint.runtime.frames import Site
+from hooklint.static.hooks import HookKind
+
+_GRAD = torch._C.TensorBase.grad  # the real `.grad` descriptor, read without being observed
+_WRAPPER_ATTR = "__hooklint_record__"
+_HELPER_ATTR = "__hooklint_helper__"  # hooklint's own hooks, never adopted as the user's
+_META_INPUTS = "hooklint.module_inputs"
+_META_MODULE = "hooklint.hooked_module"
+_TENSOR_BACKWARD_CODE = torch.Tensor.backward.__code__
+_ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
+
+_current_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
+def current_task_id() -> int:
+    return _current_task_id()
+
+
+def sequence_nr() -> int:
+    """The sequence number the next autograd node created in this thread will get;
+    every node that exists now has a smaller one."""
+    peek = getattr(torch._C._autograd, "_get_sequence_nr", None)
+    if peek is not None:
+        return peek()
+    with torch.enable_grad():
+        node = torch.empty(0, requires_grad=True).view(0).grad_fn
+    return node._sequence_nr() + 1
+
+
+def grad_of(tensor: torch.Tensor) -> torch.Tensor | None:
+    return _GRAD.__get__(tensor, type(tensor))
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.sessions: list = []
+        self.call: "HookCall | None" = None
+        self.outputs_warning_module: int = 0  # id() of the module PyTorch just warned about
+        self.last_hooked: tuple | None = None  # (module ref, side) of the last tensors a BackwardHook wrapped
+
+
+# -- records -----------------------------------------------------------------
+
+
+class HookRecord:
+    """One registration the user made while instrumented."""
+
+    __slots__ = ("kind", "is_global", "name", "site", "roots", "target_ref", "target_label", "handle_id",
+                 "dict_ref", "sessions", "live", "fired", "last_task", "removed", "reg_seq", "reg_thread",
+                 "key", "uses_grad_input", "intent_names", "__weakref__")
+
+    def __init__(self, kind: HookKind, is_global: bool, hook: Any, site: Site, roots: describe.Roots,
+                 target: Any, sessions: list, adopted: bool = False, target_name: str | None = None):
+        self.kind = kind
+        self.is_global = is_global
+        self.name = describe.hook_name(hook)
+        self.site = site
+        self.roots = roots
+        self.target_ref = weakref.ref(target) if target is not None else None
+        if isinstance(target, nn.Module):
+            self.target_label = f"a `{describe.module_label(target)}` module"
+        elif isinstance(target, torch.Tensor):
+            name = roots.parameter_name(target) if isinstance(target, nn.Parameter) else None
+            name = name or target_name
+            shape = describe.shape_text(target)
+            self.target_label = f"`{name}` (shape {shape})" if name else f"a tensor of shape {shape}"
+        else:
+            self.target_label = "every module (global hook)"
+        self.handle_id = -1
+        self.dict_ref: weakref.ref | None = None
+        self.sessions = list(sessions)
+        self.live = True
+        self.fired = 0
+        self.last_task = -2
+        self.removed = False
+        # adopted hooks were registered before anything hooklint saw ran: never late
+        self.reg_seq = sequence_nr() if kind.is_module_backward and not is_global and not adopted else 0
+        self.reg_thread = threading.get_ident()
+        self.key = describe.hook_key(hook)
+        self.uses_grad_input = describe.reads_parameter(hook, 1) if kind is HookKind.BACKWARD_LEGACY else None
+        self.intent_names = describe.code_names(hook) if kind is HookKind.POST_ACCUMULATE else frozenset()
+
+    def target(self) -> Any:
+        return self.target_ref() if self.target_ref is not None else None
+
+    def target_text(self) -> str:
+        target = self.target()
+        if isinstance(target, nn.Module):
+            return describe.describe_module(target, self.roots)
+        return self.target_label
+
+    def what(self) -> str:
+        """``full backward hook `grad_mod``` """
+        return f"{describe.kind_phrase(self.kind.value)} `{self.name}`"
+
+
+class ParamState:
+    """Per parameter: the last backward (graph task) in which a gradient reached it."""
+
+    __slots__ = ("last_task",)
+
+    def __init__(self) -> None:
+        self.last_task = -2
+
+
+class GradAccess:
+    """A parameter's ``.grad`` as a module backward or post-accumulate-grad hook found it."""
+
+    __slots__ = ("param_ref", "before", "was_none", "assigned", "site")
+
+    def __init__(self, param: torch.Tensor, grad: torch.Tensor | None, site: Site, snapshot: bool):
+        self.param_ref = weakref.ref(param)
+        self.was_none = grad is None
+        # a copy, because edits through `.grad.data` leave no trace in version counters
+        self.before = None if grad is None or not snapshot else grad.detach().clone()
+        self.assigned = False
+        self.site = site
+
+
+class HookCall:
+    """The hook call running in this thread, to attribute ``.grad`` reads and writes."""
+
+    __slots__ = ("rec", "accesses", "snapshot")
+
+    def __init__(self, rec: HookRecord, snapshot: bool):
+        self.rec = rec
+        self.accesses: dict[int, GradAccess] = {}
+        self.snapshot = snapshot  # copy `.grad` at first access, to tell what the hook wrote
+
+    def access(self, param: torch.Tensor, frame: types.FrameType) -> GradAccess:
+        found = self.accesses.get(id(param))
+        if found is None:
+            found = GradAccess(param, grad_of(param), frames.site_of(frame), self.snapshot)
+            self.accesses[id(param)] = found
+        return found
+
+
+class TaskState:
+    """One backward (autograd graph task) in which a module hook touched `.grad`."""
+
+    __slots__ = ("task_id", "candidates")
+
+    def __init__(self, task_id: int):
+        self.task_id = task_id
+        self.candidates: list[observe.GradEditCandidate] = []
+
+
+class BackwardInfo:
+    """What was known when a backward started: its roots and the parameters in its graph."""
+
+    __slots__ = ("sessions", "thread", "caller", "site", "root_seq", "leaves", "accumulate", "task_id",
+                 "markers")
+
+    def __init__(self, sessions: list, caller: types.FrameType, accumulate: bool):
+        self.sessions = sessions
+        self.thread = threading.get_ident()
+        self.caller: types.FrameType | None = caller
+        self.site = frames.site_of(caller)
+        self.root_seq: int | None = None
+        # (parameter, the node that consumed it, that node's input slot, earliest consumer sequence nr)
+        self.leaves: list[tuple[nn.Parameter, Any, int, int]] = []
+        self.accumulate = accumulate
+        self.task_id: int | None = None
+        self.markers: list = []
+
+
+# -- the runtime ---------------------------------------------------------------
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.tls = _Local()
+        self.global_sessions: list = []
+        self.active = 0
+        self.originals: list[tuple[Any, str, Any, bool]] = []
+        self.records: dict[int, HookRecord] = {}
+        self.groups: dict[tuple, list[HookRecord]] = {}
+        self.pending_302: list[HookRecord] = []
+        self.repeated: set[tuple] = set()  # keys of groups that reached two live registrations
+        self.legacy_watched: weakref.WeakSet = weakref.WeakSet()
+        self.params: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self.tasks: dict[int, TaskState] = {}
+        self.infos: dict[int, BackwardInfo] = {}
+        self.helper_handles: list[torch_hooks.RemovableHandle] = []
+        self._registrations = itertools.count()
+
+    # -- sessions -----------------------------------------------------------
+    def sessions_here(self) -> list:
+        if not self.active:
+            return []
+        return [*self.global_sessions, *self.tls.sessions]
+
+    def attach(self, session) -> None:
+        with self.lock:
+            if self.active == 0:
+                self._install()
+            self.active += 1
+            if session.all_threads:
+                self.global_sessions.append(session)
+                session._stack = self.global_sessions
+            else:
+                self.tls.sessions.append(session)
+                session._stack = self.tls.sessions
+
+    def detach(self, session) -> None:
+        with self.lock:
+            stack = session._stack
+            if session in stack:
+                stack.remove(session)
+            try:
+                self.check_repeated()
+            except Exception as exc:  # noqa: BLE001
+                self.internal_error([session], exc)
+            for rec in session._records:
+                if session in rec.sessions:
+                    rec.sessions.remove(session)
+                if not rec.sessions:
+                    self._retire(rec)
+            session._records.clear()
+            self.active -= 1
+            if self.active == 0:
+                self._uninstall()
+
+    def _retire(self, rec: HookRecord) -> None:
+        """No session watches this hook any more: put the user's callable back."""
+        rec.live = False
+        self.records.pop(rec.handle_id, None)
+        hooks_dict = rec.dict_ref() if rec.dict_ref is not None else None
+        if hooks_dict is not None:
+            wrapper = hooks_dict.get(rec.handle_id)
+            if getattr(wrapper, _WRAPPER_ATTR, None) is rec:
+                hooks_dict[rec.handle_id] = wrapper.__wrapped__
+
+    # -- errors inside hooklint -----------------------------------------------
+    def internal_error(self, sessions: list, exc: BaseException) -> None:
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise exc
+        for session in sessions:
+            session._internal_error(exc)
+
+    def emit(self, sessions: list, obs) -> None:
+        for session in sessions:
+            if session.active:
+                session._observe(obs)
+
+    # -- patching -------------------------------------------------------------
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        had = name in vars(owner)
+        original = vars(owner).get(name)
+        self.originals.append((owner, name, original, had))
+        setattr(owner, name, replacement)
+
+    def _install(self) -> None:
+        self.originals = []
+        patches = _Patches(self)
+        for name, kind in _MODULE_METHODS.items():
+            self._patch(nn.Module, name, patches.module_method(getattr(nn.Module, name), kind))
+        for name, kind in _GLOBAL_FUNCTIONS.items():
+            self._patch(module_mod, name, patches.global_function(getattr(module_mod, name), kind))
+        self._patch(torch.Tensor, "register_hook", patches.tensor_method(torch.Tensor.register_hook, HookKind.TENSOR))
+        self._patch(torch.Tensor, "register_post_accumulate_grad_hook",
+                    patches.tensor_method(torch.Tensor.register_post_accumulate_grad_hook,
+                                          HookKind.POST_ACCUMULATE))
+        self._patch(torch_hooks.RemovableHandle, "remove", patches.handle_remove(torch_hooks.RemovableHandle.remove))
+        self._patch(torch.autograd, "backward", patches.backward_entry(torch.autograd.backward, accumulate=True))
+        self._patch(torch.autograd, "grad", patches.backward_entry(torch.autograd.grad, accumulate=False))
+        for method in ("setup_input_hook", "setup_output_hook"):
+            self._patch(torch_hooks.BackwardHook, method,
+                        patches.tag_hooked_tensors(getattr(torch_hooks.BackwardHook, method), method))
+        self._patch(nn.Parameter, "grad", patches.grad_property())
+        self._patch(warnings, "warn", patches.warn(warnings.warn))
+        self.original_register_hook = self.original("register_hook", torch.Tensor)
+
+    def original(self, name: str, owner: Any) -> Any:
+        for patched_owner, patched_name, original, _had in self.originals:
+            if patched_owner is owner and patched_name == name:
+                return original
+        raise KeyError(name)
+
+    def _uninstall(self) -> None:
+        for owner, name, original, had in reversed(self.originals):
+            if had:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+        self.originals = []
+        for handle in self.helper_handles:
+            handle.remove()
+        self.helper_handles.clear()
+        for rec in list(self.records.values()):
+            self._retire(rec)
+        self.records.clear()
+        self.groups.clear()
+        self.repeated.clear()
+        self.legacy_watched = weakref.WeakSet()
+        self.pending_302.clear()
+        self.params = WeakIdKeyDictionary()
+        self.tasks.clear()
+        self.infos.clear()
+
+    # -- registration ---------------------------------------------------------
+    def registered(self, kind: HookKind, is_global: bool, hook: Any, target: Any, caller: types.FrameType,
+                   sessions: list) -> HookRecord:
+        name = describe.variable_name(caller, target) if isinstance(target, torch.Tensor) else None
+        rec = HookRecord(kind, is_global, hook, frames.site_of(caller), describe.Roots.capture(caller),
+                         target, sessions, target_name=name)
+        for session in sessions:
+            session._records.append(rec)
+        return rec
+
+    def bind_handle(self, rec: HookRecord, handle: torch_hooks.RemovableHandle) -> None:
+        self._bind(rec, handle.id, handle.hooks_dict_ref)
+
+    def _bind(self, rec: HookRecord, handle_id: int, dict_ref: weakref.ref) -> None:
+        rec.handle_id = handle_id
+        rec.dict_ref = dict_ref
+        if rec.kind is HookKind.BACKWARD_LEGACY:
+            self._watch_legacy_inputs(rec.target())
+        with self.lock:
+            self.records[handle_id] = rec
+            if rec.kind.is_module_backward and not rec.is_global and rec.reg_seq:
+                self.pending_302.append(rec)
+            target = rec.target()
+            group_key = (rec.kind, rec.is_global, id(target) if target is not None else 0, rec.key)
+            group = self.groups.setdefault(group_key, [])
+            group[:] = [r for r in group if not r.removed and r.target() is target and r.live]
+            group.append(rec)
+            if len(group) >= 2:
+                self.repeated.add(group_key)
+            if next(self._registrations) % 1024 == 1023:
+                self._forget_dead_records()
+
+    def check_repeated(self) -> None:
+        """HKL304, judged when hooks run or a session ends rather than at
+        registration: a duplicate removed right away is not a leak."""
+        if not self.repeated:
+            return
+        with self.lock:
+            for key in list(self.repeated):
+                group = self.groups.get(key, [])
+                group[:] = [r for r in group if not r.removed and r.live and
+                            (r.target_ref is None or r.target() is not None)]
+                if len(group) < 2:
+                    self.repeated.discard(key)
+                    continue
+                self.emit(group[-1].sessions, observe.repeated_registration(group))
+
+    def _watch_legacy_inputs(self, module: nn.Module | None) -> None:
+        """Note, on the autograd node a legacy backward hook binds to, the shapes of
+        the module inputs of that call (HKL102 compares them with `grad_input`).
+        A forward hook of hooklint's own does it: it sees the same `args` and
+        final `result` from which PyTorch picks that node."""
+        key = module if module is not None else _GLOBAL
+        if key in self.legacy_watched:
+            return
+        self.legacy_watched.add(key)
+        if module is None:
+            handle = self.original("register_module_forward_hook", module_mod)(_record_legacy_inputs)
+        else:
+            handle = self.original("register_forward_hook", nn.Module)(module, _record_legacy_inputs)
+        self.helper_handles.append(handle)
+
+    def _forget_dead_records(self) -> None:
+        for handle_id, rec in list(self.records.items()):
+            if rec.dict_ref is None or rec.dict_ref() is None:
+                del self.records[handle_id]
+        for key, group in list(self.groups.items()):
+            if all(r.removed or r.target_ref is not None and r.target() is None for r in group):
+                del self.groups[key]
+
+    def adopt(self, session, module: nn.Module | None, caller: types.FrameType | None) -> int:
+        """Watch hooks registered before the session started: those of ``module`` and
+        its submodules and parameters, and the global module hooks.  They are wrapped
+        in place (and unwrapped when the session ends); their "registration site" is
+        the hook's definition, since the registration was not seen."""
+        roots = describe.Roots.capture(caller)
+        found = []
+        dicts: list[tuple[Any, dict, HookKind, bool]] = []
+        for name, kind in (("_global_forward_pre_hooks", HookKind.FORWARD_PRE),
+                           ("_global_forward_hooks", HookKind.FORWARD),
+                           ("_global_backward_pre_hooks", HookKind.FULL_BACKWARD_PRE)):
+            dicts.append((None, getattr(module_mod, name), kind, True))
+        legacy = module_mod._global_is_full_backward_hook is False
+        dicts.append((None, module_mod._global_backward_hooks,
+                      HookKind.BACKWARD_LEGACY if legacy else HookKind.FULL_BACKWARD, True))
+        for sub in module.modules() if module is not None else ():
+            dicts.append((sub, sub._forward_pre_hooks, HookKind.FORWARD_PRE, False))
+            dicts.append((sub, sub._forward_hooks, HookKind.FORWARD, False))
+            dicts.append((sub, sub._backward_pre_hooks, HookKind.FULL_BACKWARD_PRE, False))
+            dicts.append((sub, sub._backward_hooks, HookKind.BACKWARD_LEGACY if sub._is_full_backward_hook is False
+                          else HookKind.FULL_BACKWARD, False))
+            for param in sub.parameters(recurse=False):
+                for attr, kind in (("_backward_hooks", HookKind.TENSOR),
+                                   ("_post_accumulate_grad_hooks", HookKind.POST_ACCUMULATE)):
+                    hooks_dict = getattr(param, attr)
+                    if hooks_dict:
+                        dicts.append((param, hooks_dict, kind, False))
+        for target, hooks_dict, kind, is_global in dicts:
+            for handle_id, hook in list(hooks_dict.items()):
+                if getattr(hook, _WRAPPER_ATTR, None) is not None or getattr(hook, _HELPER_ATTR, False):
+                    continue
+                code = describe.hook_code(hook)
+                site = frames.code_site(code) if code is not None else (
+                    frames.site_of(caller) if caller is not None else Site("<unknown>", 1))
+                rec = HookRecord(kind, is_global, hook, site, roots, target, [session], adopted=True)
+                session._records.append(rec)
+                hooks_dict[handle_id] = _wrap(self, rec, hook)
+                self._bind(rec, handle_id, weakref.ref(hooks_dict))
+                found.append(rec)
+        return len(found)
+
+    def removed(self, rec: HookRecord, caller: types.FrameType | None) -> None:
+        rec.removed = True
+        self.records.pop(rec.handle_id, None)
+        if rec.kind.is_tensor and rec.fired == 0 and rec.live and caller is not None:
+            tensor = rec.target()
+            if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
+                self._watch_removed_tensor_hook(rec, tensor, frames.site_of(caller))
+
+    def _watch_removed_tensor_hook(self, rec: HookRecord, tensor: torch.Tensor, removal_site: Site) -> None:
+        """A tensor hook removed before it ever ran: if the next gradient that reaches
+        its tensor comes from a graph built before the removal, the hook was removed
+        before the backward it was registered for (HKL301)."""
+        removal_seq = sequence_nr()
+        removal_thread = threading.get_ident()
+        handles: list = []
+
+        @torch_hooks.unserializable_hook
+        def removed_hook_watch(grad):
+            try:
+                for handle in handles:
+                    handle.remove()
+                info = self.infos.get(current_task_id())
+                if (info is not None and info.thread == removal_thread and info.root_seq is not None
+                        and info.root_seq < removal_seq):
+                    self.emit(rec.sessions, observe.removed_before_backward(rec, removal_site, info.site))
+            except Exception as exc:  # noqa: BLE001 - never break the user's backward
+                self.internal_error(rec.sessions, exc)
+
+        setattr(removed_hook_watch, _HELPER_ATTR, True)
+        handle = self.original_register_hook(tensor, removed_hook_watch)
+        handles.append(handle)
+        self.helper_handles.append(handle)
+
+    # -- parameters -------------------------------------------------------------
+    def param_state(self, param: torch.Tensor) -> ParamState:
+        """The parameter's state, with a helper hook that notes in which backward a
+        gradient reached it (installed at first need; PyTorch runs hooks registered
+        during a backward if the parameter's turn has not come yet)."""
+        state = self.params.get(param)
+        if state is None:
+            state = ParamState()
+
+            @torch_hooks.unserializable_hook
+            def gradient_arrival(grad, state=state):
+                state.last_task = current_task_id()
+
+            setattr(gradient_arrival, _HELPER_ATTR, True)
+            self.helper_handles.append(self.original_register_hook(param, gradient_arrival))
+            self.params[param] = state
+        return state
+
+    def task(self, task_id: int) -> TaskState:
+        state = self.tasks.get(task_id)
+        if state is None:
+            state = self.tasks[task_id] = TaskState(task_id)
+            torch.autograd.Variable._execution_engine.queue_callback(functools.partial(self._finish_task, task_id))
+        return state
+
+    def _finish_task(self, task_id: int) -> None:
+        state = self.tasks.pop(task_id, None)
+        if state is None:
+            return
+        info = self.infos.get(task_id)
+        if info is not None and not info.accumulate:
+            return  # torch.autograd.grad: no `.grad` is written, nothing to be early for
+        for candidate in state.candidates:
+            sessions = candidate.rec.sessions
+            try:
+                obs = candidate.conclude(task_id)
+                if obs is not None:
+                    self.emit(sessions, obs)
+            except Exception as exc:  # noqa: BLE001
+                self.internal_error(sessions, exc)
+
+    # -- hook calls -------------------------------------------------------------
+    def after_module_hook(self, rec: HookRecord, call: HookCall, module: nn.Module, grads: tuple,
+                          versions: list, task_id: int, node: Any, result: Any,
+                          failure: BaseException | None) -> None:
+        changed = [(label, before, tensor._version) for label, tensor, before in versions
+                   if tensor._version != before]
+        if changed:
+            self.emit(rec.sessions, observe.mutated_argument(rec, changed))
+        if rec.kind is HookKind.BACKWARD_LEGACY and node is not None and rec.uses_grad_input:
+            obs = observe.legacy_grad_input(rec, module, node, grads[0], node.metadata.get(_META_INPUTS))
+            if obs is not None:
+                self.emit(rec.sessions, obs)
+        if failure is None and result is not None and rec.kind is not HookKind.BACKWARD_LEGACY:
+            obs = observe.return_arity(rec, module, grads, result)
+            if obs is not None:
+                self.emit(rec.sessions, obs)
+        if not call.accesses or task_id < 0:
+            return
+        on_outputs = (self.tls.outputs_warning_module == id(module) and rec.kind is HookKind.FULL_BACKWARD
+                      and all(g is None for g in grads[0]))
+        for access in call.accesses.values():
+            param = access.param_ref()
+            if param is None:
+                continue
+            state = self.param_state(param)
+            if state.last_task == task_id:
+                continue  # its gradient had already arrived: the hook ran after accumulation
+            candidate = observe.GradEditCandidate(rec, module, param, access, state, grad_of(param), on_outputs)
+            if failure is not None:
+                self.emit(rec.sessions, candidate.conclude_failed(failure))
+            else:
+                self.task(task_id).candidates.append(candidate)
+
+    def after_post_accumulate(self, rec: HookRecord, param: torch.Tensor, version: int, call: HookCall,
+                              result: Any) -> None:
+        if result is not None:
+            self.emit(rec.sessions, observe.post_accumulate_returned(rec, param, result))
+        if (param._version != version and isinstance(param, nn.Parameter) and id(param) not in call.accesses
+                and not observe.looks_like_parameter_update(rec.intent_names)):
+            self.emit(rec.sessions, observe.post_accumulate_mutated(rec, param, version))
+
+    # -- backward -------------------------------------------------------------
+    def begin_backward(self, roots: Any, sessions: list, caller: types.FrameType, accumulate: bool,
+                       inputs: Any) -> BackwardInfo:
+        info = BackwardInfo(sessions, caller, accumulate and inputs is None)
+        nodes = [t.grad_fn for t in _tensors(roots) if t.grad_fn is not None]
+        if not nodes:
+            return info
+        info.root_seq = max(node._sequence_nr() for node in nodes)
+        info.leaves = _parameters_in_graph(nodes)
+
+        def backward_started(grad_outputs):
+            task_id = current_task_id()
+            info.task_id = task_id
+            self.infos[task_id] = info
+            for handle in info.markers:
+                handle.remove()
+            info.markers.clear()
+
+        info.markers = [node.register_prehook(backward_started) for node in nodes]
+        return info
+
+    def end_backward(self, info: BackwardInfo, failed: bool) -> None:
+        for handle in info.markers:
+            handle.remove()
+        info.markers = []
+        task_id = info.task_id
+        try:
+            if not failed:
+                self.check_repeated()
+            if task_id is not None and not failed:
+                self._check_late_module_hooks(info, task_id)
+                if info.accumulate:
+                    for obs in observe.parameters_without_grad(info):
+                        self.emit(info.sessions, obs)
+        finally:
+            if task_id is not None:
+                self.infos.pop(task_id, None)
+            info.leaves = []
+            info.caller = None
+
+    def _check_late_module_hooks(self, info: BackwardInfo, task_id: int) -> None:
+        """HKL302: a module backward hook registered after the forward whose backward
+        just ran, which therefore did not run."""
+        if not self.pending_302:
+            return
+        first_use = {id(p): seq for p, _node, _slot, seq in info.leaves}
+        with self.lock:
+            self.pending_302 = self._late_module_hooks(info, first_use)
+
+    def _late_module_hooks(self, info: BackwardInfo, first_use: dict[int, int]) -> list[HookRecord]:
+        keep = []
+        for rec in self.pending_302:
+            module = rec.target()
+            if module is None or not rec.live or rec.fired:
+                continue  # gone, or it ran: it was registered in time for some forward
+            earlier = [first_use[id(p)] for p in module.parameters() if id(p) in first_use]
+            if rec.reg_thread == info.thread and earlier and min(earlier) < rec.reg_seq:
+                self.emit(rec.sessions, observe.registered_after_forward(rec, info.site))
+                continue
+            keep.append(rec)
+        return keep
+
+    # -- PyTorch's own warnings and errors -------------------------------------
+    def torch_warning(self, message: str, frame: types.FrameType) -> None:
+        f_locals = frame.f_locals
+        if frame.f_code.co_name == "_maybe_warn_non_full_backward_hook":
+            module = f_locals.get("self")
+            grad_fn = f_locals.get("grad_fn")
+            for rec in self._records_of(module, HookKind.BACKWARD_LEGACY):
+                self.emit(rec.sessions, observe.legacy_warning(rec, module, grad_fn, message))
+        elif message.startswith("Full backward hook is firing"):
+            backward_hook = f_locals.get("self")
+            module = getattr(backward_hook, "module", None)
+            if module is not None:
+                self.tls.outputs_warning_module = id(module)
+
+    def _records_of(self, module: Any, kind: HookKind) -> list[HookRecord]:
+        found = []
+        if not isinstance(module, nn.Module):
+            return found
+        dicts = [module._backward_hooks, module_mod._global_backward_hooks]
+        if kind is not HookKind.BACKWARD_LEGACY:
+            dicts.append(module._backward_pre_hooks)
+            dicts.append(module_mod._global_backward_pre_hooks)
+        for hooks_dict in dicts:
+            for hook in hooks_dict.values():
+                rec = getattr(hook, _WRAPPER_ATTR, None)
+                if rec is not None and rec.live and (rec.kind is kind or kind is not HookKind.BACKWARD_LEGACY):
+                    found.append(rec)
+        return found
+
+    def explain_exception(self, exc: BaseException, sessions: list) -> None:
+        """Map PyTorch's in-place error on a hooked module's output (or input) to the
+        full backward hooks that caused it, with their registration sites."""
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            if "of BackwardHookFunction is a view and is being modified inplace" in str(current):
+                for obs in observe.inplace_on_hooked_tensor(current, self, _META_MODULE):
+                    self.emit(sessions, obs)
+                return
+            current = current.__cause__ or current.__context__
+
+
+RUNTIME = Runtime()
+
+_MODULE_METHODS = {
+    "register_forward_pre_hook": HookKind.FORWARD_PRE,
+    "register_forward_hook": HookKind.FORWARD,
+    "register_backward_hook": HookKind.BACKWARD_LEGACY,
+    "register_full_backward_hook": HookKind.FULL_BACKWARD,
+    "register_full_backward_pre_hook": HookKind.FULL_BACKWARD_PRE,
+}
+_GLOBAL_FUNCTIONS = {
+    "register_module_forward_pre_hook": HookKind.FORWARD_PRE,
+    "register_module_forward_hook": HookKind.FORWARD,
+    "register_module_backward_hook": HookKind.BACKWARD_LEGACY,
+    "register_module_full_backward_hook": HookKind.FULL_BACKWARD,
+    "register_module_full_backward_pre_hook": HookKind.FULL_BACKWARD_PRE,
+}
+_TORCH_HOOK_WARNINGS = (
+    "Using a non-full backward hook",
+    "Using non-full backward hooks",
+    "Full backward hook is firing when gradients are computed with respect to module outputs",
+)
+
+
+class _GlobalHooks:
+    """Stands for "every module" where a module is expected (global hooks)."""
+
+
+_GLOBAL = _GlobalHooks()
+
+
+def _record_legacy_inputs(module: nn.Module, args: tuple, result: Any) -> None:
+    var = result
+    try:
+        while not isinstance(var, torch.Tensor):
+            var = next(v for v in var.values() if isinstance(v, torch.Tensor)) if isinstance(var, dict) else var[0]
+    except (IndexError, KeyError, TypeError, StopIteration):
+        return  # PyTorch would not bind a legacy hook to anything either
+    if var.grad_fn is not None:
+        var.grad_fn.metadata[_META_INPUTS] = [
+            (tuple(x.shape), x.requires_grad) if isinstance(x, torch.Tensor) else None for x in args
+        ]
+
+
+setattr(_record_legacy_inputs, _HELPER_ATTR, True)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _parameters_in_graph(roots: list) -> list[tuple[nn.Parameter, Any, int, int]]:
+    """Every parameter whose AccumulateGrad node is reachable from ``roots``, with
+    one node that consumes it, the slot, and the earliest sequence number among
+    its consumers (when the forward used it).  Runs on every instrumented
+    backward, hence the plain loop."""
+    seen = set(roots)
+    stack = list(roots)
+    found: dict[int, list] = {}
+    accumulate_grad, parameter, plain_tensor = _ACCUMULATE_GRAD, nn.Parameter, torch.Tensor
+    while stack:
+        node = stack.pop()
+        slot = -1
+        for child, _input_nr in node.next_functions:
+            slot += 1
+            if child is None:
+                continue
+            if type(child) is accumulate_grad:
+                variable = child.variable
+                # isinstance on Parameter goes through a Python metaclass hook: skip plain tensors first
+                if type(variable) is plain_tensor or not isinstance(variable, parameter):
+                    continue
+                entry = found.get(id(variable))
+                seq = node._sequence_nr()
+                if entry is None:
+                    found[id(variable)] = [variable, node, slot, seq]
+                elif seq < entry[3]:
+                    entry[3] = seq
+            elif child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return [tuple(entry) for entry in found.values()]  # type: ignore[misc]
+
+
+class _Patches:
+    """The replacement functions; each defers to the original it wraps."""
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+
+    # -- registration APIs -------------------------------------------------------
+    def module_method(self, original: Callable, kind: HookKind) -> Callable:
+        rt = self.rt
+
+        @functools.wraps(original)
+        def register(module, hook, *args, **kwargs):
+            sessions = rt.sessions_here()
+            caller = frames.called_from_user(1) if sessions else None
+            if caller is None or not callable(hook):
+                return original(module, hook, *args, **kwargs)
+            try:
+                rec = rt.registered(kind, False, hook, module, caller, sessions)
+                wrapped = _wrap(rt, rec, hook)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(sessions, exc)
+                return original(module, hook, *args, **kwargs)
+            handle = original(module, wrapped, *args, **kwargs)
+            rt.bind_handle(rec, handle)
+            return handle
+
+        return register
+
+    def global_function(self, original: Callable, kind: HookKind) -> Callable:
+        rt = self.rt
+
+        @functools.wraps(original)
+        def register(hook, *args, **kwargs):
+            sessions = rt.sessions_here()
+            caller = frames.called_from_user(1) if sessions else None
+            if caller is None or not callable(hook):
+                return original(hook, *args, **kwargs)
+            try:
+                rec = rt.registered(kind, True, hook, None, caller, sessions)
+                wrapped = _wrap(rt, rec, hook)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(sessions, exc)
+                return original(hook, *args, **kwargs)
+            handle = original(wrapped, *args, **kwargs)
+            rt.bind_handle(rec, handle)
+            return handle
+
+        return register
+
+    def tensor_method(self, original: Callable, kind: HookKind) -> Callable:
+        rt = self.rt
+
+        @functools.wraps(original)
+        def register(tensor, hook):
+            sessions = rt.sessions_here()
+            caller = frames.called_from_user(1) if sessions else None
+            if caller is None or not callable(hook):
+                return original(tensor, hook)
+            try:
+                rec = rt.registered(kind, False, hook, tensor, caller, sessions)
+                wrapped = _wrap(rt, rec, hook)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(sessions, exc)
+                return original(tensor, hook)
+            handle = original(tensor, wrapped)
+            rt.bind_handle(rec, handle)
+            return handle
+
+        return register
+
+    def handle_remove(self, original: Callable) -> Callable:
+        rt = self.rt
+
+        @functools.wraps(original)
+        def remove(handle):
+            rec = rt.records.get(handle.id)
+            if rec is not None and rec.dict_ref is not None and handle.hooks_dict_ref() is rec.dict_ref():
+                try:
+                    rt.removed(rec, frames.user_frame(1))
+                except Exception as exc:  # noqa: BLE001
+                    rt.internal_error(rec.sessions, exc)
+            return original(handle)
+
+        return remove
+
+    # -- backward entry points ---------------------------------------------------
+    def backward_entry(self, original: Callable, accumulate: bool) -> Callable:
+        rt = self.rt
+        signature = inspect.signature(original)
+        roots_name = "tensors" if accumulate else "outputs"
+
+        @functools.wraps(original)
+        def entry(*args, **kwargs):
+            sessions = rt.sessions_here()
+            caller = frames.called_from_user(1, skip=(_TENSOR_BACKWARD_CODE,)) if sessions else None
+            if caller is None:
+                return original(*args, **kwargs)
+            info = None
+            try:
+                bound = signature.bind(*args, **kwargs)
+                info = rt.begin_backward(bound.arguments.get(roots_name), sessions, caller, accumulate,
+                                         bound.arguments.get("inputs") if accumulate else None)
+            except TypeError:
+                pass  # let the original report the bad call
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(sessions, exc)
+            if info is None:
+                return original(*args, **kwargs)
+            failed = True
+            try:
+                result = original(*args, **kwargs)
+                failed = False
+            finally:
+                try:
+                    rt.end_backward(info, failed)
+                except Exception as exc:  # noqa: BLE001
+                    rt.internal_error(sessions, exc)
+            return result
+
+        return entry
+
+    # -- facts PyTorch computes during the forward --------------------------------
+    def tag_hooked_tensors(self, original: Callable, method: str) -> Callable:
+        side = "input" if method == "setup_input_hook" else "output"
+        tls = self.rt.tls
+
+        @functools.wraps(original)
+        def setup(backward_hook, args):
+            result = original(backward_hook, args)
+            items = result if isinstance(result, tuple) else (result,)
+            for item in items:
+                node = getattr(item, "grad_fn", None) if isinstance(item, torch.Tensor) else None
+                if node is not None and node.name() == "BackwardHookFunctionBackward":
+                    tagged = (weakref.ref(backward_hook.module), side)
+                    node.metadata[_META_MODULE] = tls.last_hooked = tagged
+                    break  # one node serves every tensor of the call
+            return result
+
+        return setup
+
+    def grad_property(self) -> property:
+        tls = self.rt.tls
+
+        def get(param):
+            grad = _GRAD.__get__(param, type(param))
+            call = tls.call
+            if call is not None:
+                call.access(param, sys._getframe(1))
+            return grad
+
+        def set_(param, value):
+            call = tls.call
+            if call is not None:
+                call.access(param, sys._getframe(1)).assigned = True
+            _GRAD.__set__(param, value)
+
+        def delete(param):
+            call = tls.call
+            if call is not None:
+                call.access(param, sys._getframe(1)).assigned = True
+            _GRAD.__delete__(param)
+
+        return property(get, set_, delete, _GRAD.__doc__)
+
+    def warn(self, original: Callable) -> Callable:
+        rt = self.rt
+
+        @functools.wraps(original)
+        def warn(message, category=None, stacklevel=1, source=None, **kwargs):
+            if isinstance(message, str) and message.startswith(_TORCH_HOOK_WARNINGS) and rt.active:
+                try:
+                    rt.torch_warning(message, sys._getframe(1))
+                except Exception as exc:  # noqa: BLE001
+                    rt.internal_error(rt.sessions_here(), exc)
+            return original(message, category, _attributed_stacklevel(stacklevel), source, **kwargs)
+
+        return warn
+
+
+def _importlib_internal(frame: types.FrameType) -> bool:
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
+def _next_frame(frame: types.FrameType, skip_hooklint: bool) -> types.FrameType | None:
+    """The next frame outwards as `warnings.warn` steps (it skips importlib's),
+    optionally also skipping hooklint's own frames."""
+    frame = frame.f_back
+    while frame is not None and (_importlib_internal(frame) or skip_hooklint and frames.is_hooklint(frame)):
+        frame = frame.f_back
+    return frame
+
+
+def _attributed_stacklevel(stacklevel: int) -> int:
+    """The stacklevel that, passed from the `warnings.warn` wrapper, attributes a
+    warning to the frame Python would have chosen without hooklint: the wrapper
+    and every hooklint frame between the warning and its target (the backward
+    entry point, a hook wrapper) are not counted."""
+    wrapper = sys._getframe(1)
+    caller = wrapper.f_back
+    if caller is None or stacklevel <= 1:
+        return 2
+    target: types.FrameType | None = caller
+    for _ in range(stacklevel - 1):
+        if target is None:
+            break
+        target = _next_frame(target, skip_hooklint=True)
+    steps, frame = 0, wrapper
+    while frame is not None and frame is not target:
+        frame = _next_frame(frame, skip_hooklint=False)
+        steps += 1
+    return steps + 1 if frame is target else stacklevel + 1
+
+
+# -- wrappers around the user's hooks --------------------------------------------
+
+
+def _wrap(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    kind = rec.kind
+    if kind in (HookKind.FORWARD, HookKind.FORWARD_PRE):
+        return hook  # registration facts are all that is needed from forward hooks
+    if kind is HookKind.TENSOR:
+        wrapper = _tensor_wrapper(rt, rec, hook)
+    elif kind is HookKind.POST_ACCUMULATE:
+        wrapper = _post_accumulate_wrapper(rt, rec, hook)
+    else:
+        wrapper = _module_backward_wrapper(rt, rec, hook)
+    # what introspection of the hook usually looks at; not its __dict__, which for a
+    # callable object (a module used as a hook) would copy the object's state
+    for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__torch_unserializable__"):
+        try:
+            setattr(wrapper, attr, getattr(hook, attr))
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = hook  # type: ignore[attr-defined]
+    setattr(wrapper, _WRAPPER_ATTR, rec)
+    return wrapper
+
+
+def _versions(grads: tuple) -> list[tuple[str, torch.Tensor, int]]:
+    names = ("grad_input", "grad_output") if len(grads) == 2 else ("grad_output",)
+    out = []
+    for name, group in zip(names, grads):
+        if isinstance(group, torch.Tensor):
+            out.append((name, group, group._version))
+        elif isinstance(group, (tuple, list)):
+            out.extend((f"{name}[{i}]", g, g._version) for i, g in enumerate(group) if isinstance(g, torch.Tensor))
+    return out
+
+
+def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    def hooklint_tensor_hook(grad):
+        if not rec.live:
+            return hook(grad)
+        rec.fired += 1
+        rec.last_task = current_task_id()
+        version = grad._version if isinstance(grad, torch.Tensor) else None
+        try:
+            result = hook(grad)
+        except Exception as exc:
+            _observe_failure(rt, rec, exc)
+            raise
+        if version is not None and grad._version != version:
+            try:
+                rt.emit(rec.sessions, observe.mutated_argument(rec, [("grad", version, grad._version)]))
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(rec.sessions, exc)
+        return result
+
+    return hooklint_tensor_hook
+
+
+def _post_accumulate_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    tls = rt.tls
+
+    def hooklint_post_accumulate_hook(param):
+        if not rec.live:
+            return hook(param)
+        rec.fired += 1
+        rec.last_task = current_task_id()
+        version = param._version
+        call = HookCall(rec, snapshot=False)  # only whether `.grad` is read matters here
+        previous, tls.call = tls.call, call
+        try:
+            result = hook(param)
+        finally:
+            tls.call = previous
+        try:
+            rt.after_post_accumulate(rec, param, version, call, result)
+        except Exception as exc:  # noqa: BLE001
+            rt.internal_error(rec.sessions, exc)
+        return result
+
+    return hooklint_post_accumulate_hook
+
+
+def _module_backward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    tls = rt.tls
+    legacy = rec.kind is HookKind.BACKWARD_LEGACY
+
+    def hooklint_module_hook(module, *grads):
+        if not rec.live:
+            return hook(module, *grads)
+        rec.fired += 1
+        task_id = rec.last_task = current_task_id()
+        versions = _versions(grads)
+        node = torch._C._current_autograd_node() if legacy else None
+        call = HookCall(rec, snapshot=True)
+        previous, tls.call = tls.call, call
+        try:
+            result = hook(module, *grads)
+        except Exception as exc:
+            tls.call = previous
+            try:
+                rt.after_module_hook(rec, call, module, grads, versions, task_id, node, None, exc)
+            except Exception as inner:  # noqa: BLE001
+                rt.internal_error(rec.sessions, inner)
+            raise
+        tls.call = previous
+        try:
+            rt.after_module_hook(rec, call, module, grads, versions, task_id, node, result, None)
+        except Exception as exc:  # noqa: BLE001
+            rt.internal_error(rec.sessions, exc)
+        return result
+
+    return hooklint_module_hook
+
+
+def _observe_failure(rt: Runtime, rec: HookRecord, exc: BaseException) -> None:
+    try:
+        obs = observe.failed_inplace_edit(rec, exc)
+        if obs is not None:
+            rt.emit(rec.sessions, obs)
+    except Exception as inner:  # noqa: BLE001
+        rt.internal_error(rec.sessions, inner)

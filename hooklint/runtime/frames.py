@@ -1,0 +1,132 @@
+"""Where in the user's code something happened: the first frame outside torch
+and hooklint, with the exact span of the call (Python 3.11 code positions)."""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import os
+import sys
+import types
+from dataclasses import dataclass
+
+from hooklint.findings import Location, Related
+
+_HOOKLINT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_internal_prefixes: tuple[str, ...] | None = None
+
+
+def _prefixes() -> tuple[str, ...]:
+    global _internal_prefixes
+    if _internal_prefixes is None:
+        import torch
+
+        _internal_prefixes = (os.path.dirname(os.path.abspath(torch.__file__)) + os.sep, _HOOKLINT_DIR)
+    return _internal_prefixes
+
+
+def is_internal(filename: str) -> bool:
+    """Code of torch or hooklint itself, never the user's."""
+    return filename.startswith(_prefixes()) or filename.startswith("<frozen runpy")
+
+
+def is_hooklint(frame: types.FrameType) -> bool:
+    return frame.f_code.co_filename.startswith(_HOOKLINT_DIR)
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place in a source file; columns are 1-based characters, like findings'."""
+
+    filename: str
+    line: int
+    column: int = 1
+    end_line: int = 0
+    end_column: int = 0
+
+    @property
+    def location(self) -> Location:
+        return Location(self.line, self.column)
+
+    @property
+    def end_location(self) -> Location:
+        if self.end_line >= self.line and self.end_column > 0:
+            return Location(self.end_line, self.end_column)
+        return self.location
+
+    @property
+    def path(self) -> str:
+        return display_path(self.filename)
+
+    def text(self) -> str:
+        return linecache.getline(self.filename, self.line).strip()
+
+    def related(self, message: str) -> Related:
+        return Related(message, self.path, self.location)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def display_path(filename: str) -> str:
+    """Relative to the working folder when inside it, as `hooklint check` prints paths."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def _char_column(filename: str, line: int, byte_offset: int) -> int:
+    text = linecache.getline(filename, line)
+    if not text:
+        return byte_offset + 1
+    return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="replace")) + 1
+
+
+def site_of(frame: types.FrameType) -> Site:
+    code = frame.f_code
+    line = frame.f_lineno or code.co_firstlineno
+    column, end_line, end_column = 1, 0, 0
+    try:
+        start_line, stop_line, start_col, stop_col = next(itertools.islice(code.co_positions(), frame.f_lasti // 2,
+                                                                           None))
+    except (AttributeError, StopIteration, ValueError):
+        start_line = None
+    if start_line is not None and start_col is not None:
+        line = start_line
+        column = _char_column(code.co_filename, start_line, start_col)
+        if stop_line is not None and stop_col is not None:
+            end_line, end_column = stop_line, _char_column(code.co_filename, stop_line, stop_col)
+    return Site(code.co_filename, line, column, end_line, end_column)
+
+
+def user_frame(depth: int = 1) -> types.FrameType | None:
+    """The innermost frame, ``depth`` frames above the caller, that is not torch's or hooklint's."""
+    frame: types.FrameType | None = sys._getframe(depth + 1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def called_from_user(depth: int = 1, skip: tuple[types.CodeType, ...] = ()) -> types.FrameType | None:
+    """The frame that called the function ``depth`` levels up, if that frame is user
+    code (after skipping the ``skip`` code objects, e.g. ``Tensor.backward``).  None
+    when torch itself made the call: torch's own hooks are not the user's."""
+    frame: types.FrameType | None = sys._getframe(depth + 1)
+    while frame is not None and frame.f_code in skip:
+        frame = frame.f_back
+    if frame is None or is_internal(frame.f_code.co_filename):
+        return None
+    return frame
+
+
+def code_site(code: types.CodeType) -> Site:
+    """The ``def`` line of a function (``co_firstlineno`` is its first decorator's)."""
+    line = code.co_firstlineno
+    text = linecache.getline(code.co_filename, line)
+    while text.lstrip().startswith("@"):
+        line += 1
+        text = linecache.getline(code.co_filename, line)
+    column = text.find("def ") + 1 if "def " in text else 1
+    return Site(code.co_filename, line, column)

@@ -1,0 +1,512 @@
+"""From raw run-time facts to observations, one function per pattern.
+
+Every message names the hook, what it is registered on, what happened and why
+that is wrong; ``expected``/``observed`` are what the assertion helpers print.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator
+
+import torch
+from torch import nn
+
+from hooklint.runtime import describe, frames
+from hooklint.runtime.frames import Site
+from hooklint.runtime.observation import Observation
+from hooklint.static.hooks import HookKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.runtime.core import BackwardInfo, GradAccess, HookRecord, ParamState, Runtime
+
+_PARAM_HOOK_HELP = (
+    "Edit the gradient from a hook on the parameter itself: `param.register_hook(lambda g: ...)` runs before "
+    "accumulation and may return a new gradient; `param.register_post_accumulate_grad_hook(fn)` runs once "
+    "`param.grad` holds this backward's gradient."
+)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _shapes(values: list) -> str:
+    return "[" + ", ".join("None" if v is None else "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+                           for v in values) + "]"
+
+
+# -- HKL304 --------------------------------------------------------------------
+
+
+def repeated_registration(group: list["HookRecord"]) -> Observation:
+    newest = group[-1]
+    n = len(group)
+    when = "forward" if newest.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+    sites = {(r.site.filename, r.site.line) for r in group}
+    origin = " from the same line (a loop, or a function called repeatedly)" if len(sites) == 1 else ""
+    related = []
+    listed = {(newest.site.filename, newest.site.line)}
+    for rec in group[:-1]:
+        where = (rec.site.filename, rec.site.line)
+        if where not in listed:
+            listed.add(where)
+            related.append(rec.site.related("also registered here"))
+    target = newest.target()
+    return Observation(
+        code="HKL304",
+        key=("HKL304", newest.kind, newest.is_global, id(target) if target is not None else 0, newest.key),
+        site=newest.site,
+        message=f"{newest.what()} is registered {n} times on {newest.target_text()}{origin} and never removed: "
+        f"it now runs {n} times in every {when}",
+        help="Register the hook once (outside the loop or the repeated call), or keep its handle and call "
+        "`handle.remove()` before registering it again.",
+        expected="one live registration of the hook on its target",
+        observed=f"{n} live registrations of the same hook on the same target",
+        related=tuple(related),
+        count=n,
+        counts_itself=True,
+    )
+
+
+# -- HKL401 --------------------------------------------------------------------
+
+
+def mutated_argument(rec: "HookRecord", changed: list[tuple[str, int, int]]) -> Observation:
+    label, before, after = changed[0]
+    more = f" (and {_plural(len(changed) - 1, 'other gradient')})" if len(changed) > 1 else ""
+    return Observation(
+        code="HKL401",
+        key=("HKL401", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} on {rec.target_text()} modified its gradient argument `{label}` in place{more} "
+        f"(its version counter went from {before} to {after})",
+        help="Return a new tensor instead (`return grad * 2`): autograd can hand the same gradient buffer to "
+        "other edges of the graph, so an in-place edit may change other tensors' gradients too.",
+        expected="the hook leaves its gradient argument unchanged and returns a new tensor",
+        observed=f"`{label}` was modified in place",
+    )
+
+
+_EXPANDED_WRITE = "more than one element of the written-to tensor refers to a single memory location"
+
+
+def failed_inplace_edit(rec: "HookRecord", exc: BaseException) -> Observation | None:
+    text = str(exc)
+    if not isinstance(exc, RuntimeError) or _EXPANDED_WRITE not in text:
+        return None
+    first_line = text.splitlines()[0] if text else type(exc).__name__
+    return Observation(
+        code="HKL401",
+        key=("HKL401", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} on {rec.target_text()} tried to modify its gradient argument in place and PyTorch "
+        f"refused (`RuntimeError: {first_line}`): the gradient it received is an expanded view",
+        help="Return a new tensor instead (`return grad * 2`); a hook must not modify its argument.",
+        expected="the hook returns a new gradient",
+        observed="an in-place write into an expanded gradient raised RuntimeError",
+    )
+
+
+# -- HKL102, HKL101 --------------------------------------------------------------
+
+
+def legacy_grad_input(rec: "HookRecord", module: nn.Module, node: Any, grad_input: tuple,
+                      module_inputs: list | None) -> Observation | None:
+    if module_inputs is None or not isinstance(grad_input, tuple):
+        return None
+    got = [None if g is None else tuple(g.shape) for g in grad_input]
+    mismatch = len(got) < len(module_inputs)
+    for i, item in enumerate(module_inputs):
+        if item is None or i >= len(got):
+            continue
+        shape, requires_grad = item
+        if got[i] != shape and (requires_grad or got[i] is not None):
+            mismatch = True
+    if not mismatch:
+        return None  # the leading entries are the module's own inputs (a single-op module)
+    expected = [item[0] if item is not None else None for item in module_inputs]
+    node_name = node.name()
+    return Observation(
+        code="HKL102",
+        key=("HKL102", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} uses `grad_input`, but it is bound "
+        f"to `{node_name}`, the last autograd op of the module's forward: `grad_input` held "
+        f"{_plural(len(got), 'gradient')} with shapes {_shapes(got)}, while the module's "
+        f"{_plural(len(expected), 'input')} {'has' if len(expected) == 1 else 'have'} shapes {_shapes(expected)}",
+        help="Register it with `register_full_backward_hook`, whose `grad_input` has one entry per module input; "
+        "or hook the tensor you mean with `tensor.register_hook`.",
+        expected=f"grad_input shapes {_shapes(expected)} (the module's inputs)",
+        observed=f"grad_input shapes {_shapes(got)} (the inputs of `{node_name}`)",
+    )
+
+
+def legacy_warning(rec: "HookRecord", module: nn.Module, grad_fn: Any, message: str) -> Observation:
+    torch_text = message.split(" Please use")[0].strip()
+    bound = f", bound to `{grad_fn.name()}`," if grad_fn is not None else ""
+    return Observation(
+        code="HKL101",
+        key=("HKL101", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} is a legacy backward hook{bound} "
+        f"and PyTorch warned at run time: \"{torch_text}\"",
+        help="Use `register_full_backward_hook` (same signature): its grad_input and grad_output are the "
+        "gradients of the module's real inputs and outputs.",
+        expected="a full backward hook, which sees the module's real inputs",
+        observed="a legacy backward hook on a module whose forward runs several autograd ops",
+    )
+
+
+# -- HKL402 --------------------------------------------------------------------
+
+
+def return_arity(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any) -> Observation | None:
+    expected_group = grads[0]
+    what = "grad_input" if rec.kind is HookKind.FULL_BACKWARD else "grad_output"
+    if not isinstance(expected_group, tuple):
+        return None
+    n = len(expected_group)
+    if isinstance(result, torch.Tensor):
+        observed = "a Tensor"
+    elif isinstance(result, (tuple, list)) and len(result) != n:
+        observed = f"{_plural(len(result), 'value')}"
+    else:
+        return None
+    return Observation(
+        code="HKL402",
+        key=("HKL402", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} returned {observed}, but a "
+        f"replacement `{what}` must be a tuple of {_plural(n, 'entry')} (one per module "
+        f"{'input' if what == 'grad_input' else 'output'})",
+        help=f"Return None, or a tuple as long as `{what}` with None where a gradient is unchanged.",
+        expected=f"None or a tuple of {n}",
+        observed=observed,
+    )
+
+
+# -- HKL201 --------------------------------------------------------------------
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values as integers of the same width: comparisons then see
+    every bit (NaNs compare equal to themselves, -0.0 differs from 0.0)."""
+    if t.is_floating_point() or t.is_complex():
+        width = t.element_size()
+        as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(width)
+        if as_int is not None and not t.is_complex():
+            return t.view(as_int)
+    return t
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
+
+
+class GradEditCandidate:
+    """A module backward hook read or wrote a parameter's `.grad` before that
+    parameter's gradient arrived in this backward.  Whether it arrives later in
+    the same backward decides the finding."""
+
+    def __init__(self, rec: "HookRecord", module: nn.Module, param: torch.Tensor, access: "GradAccess",
+                 state: "ParamState", grad_now: torch.Tensor | None, on_outputs: bool):
+        self.rec = rec
+        self.module_ref = weakref.ref(module)
+        self.param_ref = access.param_ref
+        self.access = access
+        self.state = state
+        self.on_outputs = on_outputs
+        before = access.before
+        if access.assigned:
+            self.wrote = True
+        elif before is None:
+            self.wrote = grad_now is not None
+        else:
+            self.wrote = grad_now is None or not same_values(grad_now, before)
+        self.written = grad_now.detach().clone() if self.wrote and grad_now is not None else None
+        self.changed: torch.Tensor | None = None
+        if self.written is not None and before is not None and before.shape == self.written.shape \
+                and before.dtype == self.written.dtype:
+            self.changed = _bits(self.written) != _bits(before)
+        access.before = None  # the copy is not needed any more
+        self.param_text = self._names(param, module)
+
+    def _names(self, param: torch.Tensor, module: nn.Module) -> str:
+        module_text = describe.describe_module(module, self.rec.roots)
+        self.module_text = module_text
+        return describe.describe_parameter(param, module, self.rec.roots, module_text)
+
+    def _head(self) -> str:
+        return (f"{self.rec.what()} on {self.module_text} ran before the gradient of {self.param_text} was "
+                f"accumulated in this backward and {'wrote' if self.wrote else 'read'} its `.grad`")
+
+    def _state_text(self) -> str:
+        if self.access.was_none:
+            return "`.grad` was None"
+        return "`.grad` still held the gradient from before this backward (stale)"
+
+    def _why(self) -> str:
+        if self.on_outputs:
+            return (" (PyTorch fired the hook on the module's output gradients, before the module's own backward, "
+                    "because none of its inputs requires grad)")
+        return ""
+
+    def _observation(self, message: str, observed: str) -> Observation:
+        return Observation(
+            code="HKL201",
+            # one finding per hook, parameter and situation (None, stale; read, edited)
+            key=("HKL201", id(self.rec), self.param_text, self.access.was_none, self.wrote),
+            site=self.rec.site,
+            message=message,
+            help=_PARAM_HOOK_HELP,
+            expected=f"the `.grad` of {self.param_text} holds this backward's gradient when the hook runs, and "
+            f"what the hook writes is what it holds after backward",
+            observed=observed,
+            related=(self.access.site.related("`.grad` accessed here"),),
+        )
+
+    def conclude(self, task_id: int) -> Observation | None:
+        if self.state.last_task != task_id:
+            return None  # no gradient reached the parameter in this backward: nothing was early
+        param = self.param_ref()
+        if param is None:
+            return None
+        from hooklint.runtime.core import grad_of
+
+        final = grad_of(param)
+        if self.wrote:
+            if self._edit_lost(final):
+                effect = "after backward, `.grad` differs from what the hook wrote"
+                if self.changed is not None:
+                    effect += f" at {_plural(int(self.changed.sum()), 'element')} it changed"
+                outcome = f"; the edit was lost: {effect}"
+            else:
+                effect = "its edit happened to survive this backward"
+                outcome = f"; {effect}"
+        elif self.access.was_none:
+            effect = "the hook saw no gradient of this step"
+            outcome = f", so {effect}"
+        else:
+            effect = "the hook saw an old gradient, not this step's"
+            outcome = f", so {effect}"
+        message = f"{self._head()}: {self._state_text()} when it ran{self._why()}{outcome}"
+        return self._observation(message, f"{self._state_text()} when the hook ran; {effect}")
+
+    def _edit_lost(self, final: torch.Tensor | None) -> bool:
+        written = self.written
+        if written is None:
+            return final is not None
+        if final is None or final.shape != written.shape or final.dtype != written.dtype:
+            return True
+        if self.changed is not None and bool(self.changed.any()):
+            return not same_values(final[self.changed], written[self.changed])
+        return not same_values(final, written)
+
+    def conclude_failed(self, exc: BaseException) -> Observation | None:
+        param = self.param_ref()
+        if param is None or not param.requires_grad:
+            return None
+        raised = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+        message = (f"{self.rec.what()} on {self.module_text} accessed `.grad` of {self.param_text} before its "
+                   f"gradient was accumulated in this backward: {self._state_text()} when it ran{self._why()}, "
+                   f"and the hook raised `{raised}`")
+        return self._observation(message, f"{self._state_text()} when the hook ran; it raised {type(exc).__name__}")
+
+
+# -- HKL203 --------------------------------------------------------------------
+
+_UPDATE_WORDS = {"clamp", "clamp_", "clip", "clip_", "lr", "learning_rate", "weight_decay", "wd", "decay",
+                 "momentum", "step"}
+
+
+def looks_like_parameter_update(names: frozenset[str] | set[str]) -> bool:
+    """Optimizer-in-backward hooks and weight clipping update the parameter on
+    purpose (hook-semantics: the hook may modify its argument); stay quiet then."""
+    return bool(_UPDATE_WORDS & set(names))
+
+
+def post_accumulate_returned(rec: "HookRecord", param: torch.Tensor, result: Any) -> Observation:
+    return Observation(
+        code="HKL203",
+        key=("HKL203", id(rec), "return"),
+        site=rec.site,
+        message=f"{rec.what()} on {rec.target_text()} returned a `{type(result).__name__}`; a post-accumulate-grad "
+        f"hook must return None (PyTorch raises `RuntimeError: Tensor post accumulate grad hooks should return "
+        f"None.`)",
+        help="Edit `param.grad` in place and return nothing; a post-accumulate-grad hook cannot replace the "
+        "gradient.",
+        expected="the hook returns None",
+        observed=f"it returned a {type(result).__name__}",
+    )
+
+
+def post_accumulate_mutated(rec: "HookRecord", param: torch.Tensor, version: int) -> Observation:
+    return Observation(
+        code="HKL203",
+        key=("HKL203", id(rec), "mutate"),
+        site=rec.site,
+        message=f"{rec.what()} modified its argument in place (the parameter {rec.target_text()} itself: version "
+        f"{version} -> {param._version}) without reading `.grad`: the argument of a post-accumulate-grad hook is "
+        f"the parameter, not its gradient",
+        help="Edit `param.grad` instead (`param.grad.mul_(0.5)`), and return nothing.",
+        expected="the hook edits `param.grad`",
+        observed="the hook modified the parameter's values",
+    )
+
+
+# -- HKL302, HKL301 ------------------------------------------------------------------
+
+
+def registered_after_forward(rec: "HookRecord", backward_site: Site) -> Observation:
+    return Observation(
+        code="HKL302",
+        key=("HKL302", id(rec)),
+        site=rec.site,
+        message=f"{rec.what()} was registered on {rec.target_text()} after the forward whose backward then ran "
+        f"without it: module backward hooks are attached when the module runs, so it did not run in the backward "
+        f"at {backward_site}",
+        help="Register module backward hooks before the forward (before `output = model(input)`); they only "
+        "apply to graphs built after registration.",
+        expected="the hook runs in the backward of the module's forward",
+        observed="the backward ran and the hook did not",
+        related=(backward_site.related("the backward that ran without the hook"),),
+    )
+
+
+def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site: Site) -> Observation:
+    return Observation(
+        code="HKL301",
+        key=("HKL301", id(rec)),
+        site=removal_site,
+        message=f"{rec.what()} on {rec.target_text()} was removed before it ever ran; the backward at "
+        f"{backward_site} then computed that tensor's gradient, from a graph built before the removal, without "
+        f"running it",
+        help="Call `handle.remove()` after the `backward()` the hook is meant for: tensor hooks are looked up "
+        "when backward runs, not when the graph is built.",
+        expected="the hook runs in the backward it was registered for",
+        observed="it was removed first and never ran",
+        related=(rec.site.related("the hook was registered here"),
+                 backward_site.related("the backward that ran without it")),
+    )
+
+
+# -- HKL503 ---------------------------------------------------------------------
+
+
+def parameters_without_grad(info: "BackwardInfo") -> Iterator[Observation]:
+    roots: describe.Roots | None = None
+    for param, node, slot, _seq in info.leaves:
+        if not param.requires_grad:
+            continue
+        from hooklint.runtime.core import grad_of
+
+        if grad_of(param) is not None or param._post_accumulate_grad_hooks:
+            continue  # a post-accumulate hook may clear `.grad` on purpose (optimizer in backward)
+        if roots is None:
+            roots = describe.Roots.capture(info.caller)
+        name = roots.parameter_name(param)
+        param_text = f"parameter `{name}`" if name else f"a parameter of shape {describe.shape_text(param)}"
+        node_name = node.name()
+        function = getattr(node, "_forward_cls", None)
+        code = getattr(getattr(function, "backward", None), "__code__", None)
+        site = info.site
+        why = ""
+        help_text = ("Find the op that drops its gradient (a custom autograd.Function, a non-differentiable "
+                     "path), or set `requires_grad=False` if the parameter is not meant to train.")
+        if code is not None and not frames.is_internal(code.co_filename):
+            site = frames.code_site(code)
+            fn_name = function.__qualname__
+            position = _function_argument(node, slot)
+            arg = _argument_name(function, position)
+            if position is not None:
+                slot_text = f"for `{arg}` (return value {position}, while `ctx.needs_input_grad[{position}]` is True)" \
+                    if arg else f"as return value {position}"
+                why = f": `{fn_name}.backward` returned None {slot_text}"
+            else:
+                why = f": `{fn_name}.backward` returned None for it"
+            help_text = (f"`{fn_name}.backward` must return one gradient per `forward` input, in the same order, "
+                         f"None only for inputs that need no gradient; check which `ctx.needs_input_grad[i]` "
+                         f"guards each one.")
+        yield Observation(
+            code="HKL503",
+            key=("HKL503", param_text, node_name, site.filename, site.line),
+            site=site,
+            message=f"{param_text} requires grad and the forward used it (it is an input of `{node_name}`), but "
+            f"after the backward at {info.site} its `.grad` is still None{why}",
+            help=help_text,
+            expected=f"{param_text}.grad is a tensor after backward",
+            observed=f"{param_text}.grad is None",
+            related=(info.site.related("the backward after which `.grad` is None"),),
+        )
+
+
+def _function_argument(node: Any, slot: int) -> int | None:
+    """The position among ``forward``'s arguments of the tensor input in ``slot`` of
+    the node's edges.  Edges exist for tensor inputs only; among inputs that need a
+    gradient, edges and ``needs_input_grad`` are in the same order."""
+    needs = getattr(node, "needs_input_grad", None)
+    if not needs:
+        return None
+    rank = sum(1 for child, _nr in node.next_functions[:slot] if child is not None)
+    positions = [i for i, flag in enumerate(needs) if flag]
+    return positions[rank] if rank < len(positions) else None
+
+
+def _argument_name(function: Any, position: int | None) -> str | None:
+    if position is None:
+        return None
+    try:
+        params = list(inspect.signature(function.forward).parameters.values())[1:]  # without ctx
+    except (TypeError, ValueError):
+        return None
+    if position >= len(params):
+        return None
+    param = params[position]
+    return param.name if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) else None
+
+
+# -- HKL403 (PyTorch's in-place error) ---------------------------------------------
+
+
+def inplace_on_hooked_tensor(exc: BaseException, rt: "Runtime", meta_key: str) -> Iterator[Observation]:
+    tb = exc.__traceback__
+    where: Site | None = None
+    module = side = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if not frames.is_internal(frame.f_code.co_filename):
+            where = Site(frame.f_code.co_filename, tb.tb_lineno)
+        for value in list(frame.f_locals.values()):
+            node = value.grad_fn if isinstance(value, torch.Tensor) else None
+            if node is not None and node.name() == "BackwardHookFunctionBackward":
+                tagged = node.metadata.get(meta_key)
+                if tagged is not None and tagged[0]() is not None:
+                    module, side = tagged[0](), tagged[1]
+        tb = tb.tb_next
+    guess = ""
+    if module is None:
+        # the tensor was a temporary (`torch.relu_(conv(x))`): fall back on the
+        # last hooked module that ran in this thread, and say so
+        last = rt.tls.last_hooked
+        if last is None or last[0]() is None:
+            return
+        module, side = last[0](), last[1]
+        guess = (" (the modified tensor is held by no variable; hooklint takes it for the last hooked module "
+                 "that ran in this thread)")
+    torch_text = str(exc).split(". ")[0]
+    for rec in rt._records_of(module, HookKind.FULL_BACKWARD):
+        at = f" at {where}" if where is not None else ""
+        yield Observation(
+            code="HKL403",
+            key=("HKL403", id(rec)),
+            site=rec.site,
+            message=f"{rec.what()} is registered on {rec.target_text()}, and the module's {side} was then "
+            f"modified in place{at}, which PyTorch rejects: `RuntimeError: {torch_text}`{guess}",
+            help="Do not modify a hooked module's output (or input) in place: use `nn.ReLU(inplace=False)` after "
+            "it, write `x = x + y` instead of `x += y`, or clone the tensor first.",
+            expected=f"the module's {side} is not modified in place",
+            observed=f"an in-place op on it raised RuntimeError{at}",
+            related=(where.related("the in-place operation"),) if where is not None else (),
+        )
