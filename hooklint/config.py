@@ -45,6 +45,7 @@ class Config:
     models: list[str] = field(default_factory=list)
     cache: bool = True
     cache_dir: str = ".hooklint_cache"
+    memory_limit: int = 4096  # MiB of address space for the worker that imports models
     # where the config file lives; relative paths in it are relative to this
     root: Path = field(default_factory=Path.cwd)
     source: Path | None = None  # the file the config came from
@@ -162,6 +163,10 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{where}: `timeout` must be a positive number of seconds")
             cfg.timeout = float(value)
+        elif key == "memory-limit":
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{where}: `memory-limit` must be a whole number of MiB (0: no limit)")
+            cfg.memory_limit = value
         elif key == "cache-dir":
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: `cache-dir` must be a string")

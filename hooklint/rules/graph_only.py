@@ -1,1 +1,349 @@
-"""Rules only the model-graph layer can report (hooklint.graph)."""
+"""HKL4xx rules that the model graph sees best (hooklint.graph).
+
+HKL403 works from the graph facts when the graph analysis ran for the file,
+and falls back to the plainest static patterns (an in-place op on the hooked
+submodule's output in the parent's ``forward``) when it did not.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+from hooklint.findings import Finding, Location, Origin, Related, Severity
+from hooklint.graph.facts import ModelFacts, ModuleFacts, Op
+from hooklint.graph.link import modules_for
+from hooklint.rules.base import Invalid, Rule
+from hooklint.static.context import FileContext
+from hooklint.static.forward import inplace_modules
+from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.semantic import ClassInfo
+from hooklint.static.values import ModuleValue
+
+RUNTIME_ERROR = "Output 0 of BackwardHookFunction is a view and is being modified inplace"
+
+_HELP = ("Make the in-place op out-of-place (`nn.ReLU()` instead of `nn.ReLU(inplace=True)`, `y = y + x` "
+         "instead of `y += x`), or clone the module's output before modifying it.")
+
+
+@dataclass(frozen=True)
+class _InplaceSite:
+    description: str  # "ReLU(inplace=True)", "`+=`"
+    node: ast.AST  # where, in this file
+
+
+class FullHookInplace(Rule):
+    """
+    ## What it does
+    Reports a full backward hook or full backward pre-hook
+    (`register_full_backward_hook`, `register_full_backward_pre_hook`) on a
+    module whose output is modified in place after it (an `nn.ReLU(inplace=True)`
+    right after it, `relu_()`, `out += identity`), or that modifies its own input
+    in place while that input requires grad.
+
+    ## Why is this bad?
+    To call a full backward hook, PyTorch passes the module's inputs and outputs
+    through an autograd Function (`BackwardHookFunction`) that returns them as
+    views.  Modifying such a view in place is forbidden, so the forward pass
+    fails at the in-place op, as soon as the hook is registered:
+
+    ```text
+    RuntimeError: Output 0 of BackwardHookFunction is a view and is being
+    modified inplace. This view was created inside a custom Function ...
+    ```
+
+    The model trains without the hook, so the error appears only once someone
+    adds one (a gradient logger, a saliency method), often far from the
+    `inplace=True` that causes it.  It happens in torchvision-style blocks,
+    where `bn2`'s output gets `out += identity` and convolutions are followed
+    by `nn.ReLU(inplace=True)`.
+
+    ## Known problems
+    The graph analysis (`hooklint check` without `--static-only`) sees every
+    in-place op on the module's output, in any parent, through `nn.Sequential`,
+    and in-place ops on its input.  Without it, only the plainest pattern is
+    reported: the hooked submodule's output modified in place in the `forward`
+    of the class that owns it, in the same file.
+
+    ## Example
+    ```python
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            return self.relu(self.conv(x))
+
+    def log_grad(module, grad_input, grad_output):
+        print(grad_output[0].norm())
+
+    block = Block()
+    block.conv.register_full_backward_hook(log_grad)
+    ```
+
+    ## Use instead
+    ```python
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.conv(x))
+
+    def log_grad(module, grad_input, grad_output):
+        print(grad_output[0].norm())
+
+    block = Block()
+    block.conv.register_full_backward_hook(log_grad)
+    ```
+
+    ## Fix safety
+    There is no automatic fix: making an op out-of-place costs memory, and
+    cloning the output must be placed by someone who knows the model.
+
+    ## References
+    - [`Module.register_full_backward_hook`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook)
+    - [Autograd mechanics: in-place operations](https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd)
+    """
+
+    code = "HKL403"
+    name = "full-hook-inplace"
+    summary = "A full backward hook on a module whose output (or input) is modified in place breaks the forward"
+    severity = Severity.ERROR
+    origins = (Origin.GRAPH, Origin.STATIC)
+    triggers = ("register_full_backward_hook", "register_full_backward_pre_hook")
+    VALID: ClassVar[tuple[str, ...]] = (
+        # out-of-place ReLU after the hooked conv
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 3, 3)\n"
+        "        self.relu = nn.ReLU()\n"
+        "    def forward(self, x):\n"
+        "        return self.relu(self.conv(x))\n"
+        "net = Net()\n"
+        "net.conv.register_full_backward_hook(lambda m, gi, go: None)\n",
+        # the name is rebound before the in-place op: that modifies another tensor
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        y = y * 2\n"
+        "        y += 1\n"
+        "        return y\n"
+        "net = Net()\n"
+        "net.fc.register_full_backward_hook(lambda m, gi, go: None)\n",
+        # a legacy hook does not wrap the output (HKL101 reports the API)
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        y += 1\n"
+        "        return y\n"
+        "net = Net()\n"
+        "net.fc.register_forward_hook(lambda m, i, o: None)\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "import torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.fc = nn.Linear(4, 4)\n"
+            "    def forward(self, x):\n"
+            "        y = self.fc(x)\n"
+            "        y += x\n"
+            "        return y\n"
+            "net = Net()\n"
+            "net.fc.register_full_backward_hook(lambda m, gi, go: None)  # HKL403\n"
+        ),
+        Invalid(
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "class Block(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.bn = nn.BatchNorm2d(3)\n"
+            "        self.bn.register_full_backward_pre_hook(self.log)  # HKL403\n"
+            "    def log(self, module, grad_output):\n"
+            "        print(grad_output[0].norm())\n"
+            "    def forward(self, x):\n"
+            "        return torch.relu_(self.bn(x))\n"
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
+        for reg in ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
+            if reg.is_global or reg.receiver is None:
+                continue
+            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls]
+            if pairs:
+                finding = self._from_graph(ctx, reg, pairs)
+            else:
+                finding = self._from_source(ctx, reg)
+            if finding is not None:
+                yield finding
+
+    # -- with graph facts -------------------------------------------------------
+    def _from_graph(self, ctx: FileContext, reg: Registration,
+                    pairs: list[tuple[ModelFacts, ModuleFacts]]) -> Finding | None:
+        for model, module in pairs:
+            target = _target(reg, model, module)
+            if module.output_inplace is not None and module.output_needs_grad is not False:
+                op = module.output_inplace
+                what = f"its output is modified in place after it by {op.name}{_where(op, ctx)}"
+            elif module.input_inplace is not None and module.inputs_from_data is False:
+                op = module.input_inplace
+                what = f"it modifies its input (which requires grad) in place with {op.name}{_where(op, ctx)}"
+            else:
+                continue
+            related = []
+            if op.line is not None and op.file is not None and op.file == os.path.realpath(ctx.path):
+                related.append(Related("modified in place here", ctx.display_path, Location(op.line, 1)))
+            return self.finding(ctx, reg.name_node, self._message(reg, target, what), name_only=True,
+                                help=_HELP, related=related, origin=Origin.GRAPH)
+        return None
+
+    # -- from the source alone ----------------------------------------------------
+    def _from_source(self, ctx: FileContext, reg: Registration) -> Finding | None:
+        receiver = reg.receiver
+        if not isinstance(receiver, ast.Attribute):
+            return None
+        owner = ctx.inference.infer(receiver.value)
+        if not isinstance(owner, ModuleValue) or owner.local_class is None:
+            return None
+        hooked = reg.receiver_module
+        if hooked is not None and hooked.torch_class and inplace_modules(hooked.call):
+            # nn.ReLU(inplace=True) inside a model: its input comes from earlier layers
+            what = f"it modifies its input in place (`{ctx.segment(hooked.call)}`)"  # type: ignore[arg-type]
+            return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
+                                name_only=True, help=_HELP)
+        site = _inplace_after_call(ctx, owner.local_class, receiver.attr)
+        if site is None:
+            return None
+        what = f"its output is modified in place after it by {site.description} (line {site.node.lineno} " \
+               f"in {owner.local_class.name}.forward)"
+        related = [Related("modified in place here", ctx.display_path, ctx.span(site.node)[0])]
+        return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
+                            name_only=True, help=_HELP, related=related)
+
+    @staticmethod
+    def _message(reg: Registration, target: str, what: str) -> str:
+        kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
+        hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
+        return (f"{kind}{hook} on {target}: {what}; with the hook registered, the forward fails there with "
+                f"\"RuntimeError: {RUNTIME_ERROR}\"")
+
+
+def _target(reg: Registration, model: ModelFacts, module: ModuleFacts) -> str:
+    if module.path:
+        return f"`{reg.receiver_text}` ({module.class_name}, module `{module.path}` of {model.class_name})"
+    return f"`{reg.receiver_text}` ({module.class_name})"
+
+
+def _where(op: Op, ctx: FileContext) -> str:
+    site = op.where(relative_to=os.path.realpath(ctx.path))
+    code = f"`{op.code}`, " if op.code else ""
+    return f" ({code}{site})" if site else ""
+
+
+# ------------------------------------------------------------------ static patterns
+
+_INPLACE_FUNCTIONS = frozenset({"relu_", "sigmoid_", "tanh_", "clamp_", "add_", "mul_", "zero_", "fill_"})
+
+
+def _inplace_use(ctx: FileContext, node: ast.AST, value: ast.AST) -> str | None:
+    """How the call ``node`` modifies ``value`` (one of its parts) in place, or None."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.value is value and func.attr.endswith("_") \
+            and not func.attr.startswith("_"):
+        return f"`.{func.attr}()`"
+    if not node.args or node.args[0] is not value:
+        return None
+    qual = ctx.model.qualify(func) or ""
+    last = qual.rsplit(".", 1)[-1]
+    if qual.startswith("torch.") and last in _INPLACE_FUNCTIONS:
+        return f"`{last}()`"
+    if qual.startswith("torch.") and any(
+            k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in node.keywords):
+        return f"`{last}(..., inplace=True)`"
+    callee = ctx.inference.infer(func)
+    if isinstance(callee, ModuleValue) and callee.torch_class and inplace_modules(callee.call):
+        return f"`{ast.unparse(func)}` ({callee.class_name}(inplace=True))"
+    return None
+
+
+def _use_of(ctx: FileContext, expr: ast.AST) -> _InplaceSite | None:
+    """An in-place op applied directly to ``expr``: ``f(expr)``, ``expr.relu_()``."""
+    parent = getattr(expr, "_hl_parent", None)
+    if parent is None:
+        return None
+    how = _inplace_use(ctx, parent, expr)
+    if how is None and isinstance(parent, ast.Attribute):  # expr.relu_()
+        grand = getattr(parent, "_hl_parent", None)
+        if grand is not None and getattr(grand, "func", None) is parent:
+            how = _inplace_use(ctx, grand, expr)
+            parent = grand
+    return _InplaceSite(how, parent) if how is not None else None
+
+
+def _inplace_after_call(ctx: FileContext, cls: ClassInfo, attr: str) -> _InplaceSite | None:
+    """An in-place op on the result of ``self.<attr>(...)`` in ``cls.forward``."""
+    forward = cls.method("forward")
+    if forward is None:
+        return None
+    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == attr and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+    for call in calls:
+        site = _use_of(ctx, call)
+        if site is not None:
+            return site
+        parent = getattr(call, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+            site = _inplace_of_name(ctx, forward, parent.targets[0].id, parent)
+            if site is not None:
+                return site
+    return None
+
+
+def _inplace_of_name(ctx: FileContext, forward: ast.AST, name: str, assigned: ast.Assign) -> _InplaceSite | None:
+    """The first in-place op on ``name`` after ``assigned``, before ``name`` is bound again."""
+    later = sorted((n for n in ast.walk(forward) if isinstance(n, ast.Name) and n.id == name
+                    and n.lineno > assigned.end_lineno), key=lambda n: (n.lineno, n.col_offset))
+    for node in later:
+        parent = getattr(node, "_hl_parent", None)
+        if isinstance(node.ctx, ast.Store):
+            if isinstance(parent, ast.AugAssign):
+                return _InplaceSite(f"`{name} {_AUG_SYMBOLS.get(type(parent.op), '')}= ...`", parent)
+            return None  # rebound: later ops modify another tensor
+        if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store):
+            return _InplaceSite(f"an item assignment (`{name}[...] = ...`)", parent)
+        site = _use_of(ctx, node)
+        if site is not None:
+            return site
+    return None
+
+
+_AUG_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+                ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+                ast.LShift: "<<", ast.RShift: ">>"}

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severity
+from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related, Severity
+from hooklint.graph.facts import ModelFacts, ModuleFacts, format_shape
+from hooklint.graph.link import modules_for
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
@@ -176,8 +179,11 @@ class LegacyHookGradInput(Rule):
     wrong tensors, and a returned replacement rewrites the wrong gradients.
 
     When the graph analysis runs (`hooklint check` without `--static-only`), the
-    message names the exact autograd op the hook binds to, its source line and
-    the submodules whose ops the hook skips.
+    message names the exact autograd op the hook binds to, its source line, the
+    module path and the ops the hook skips; and a legacy hook on a module the
+    graph shows to be a single op on its input (so that `grad_input` starts
+    with the gradient of the module's input, as for `nn.Conv2d` or a module
+    computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
 
     ## Known problems
     Statically, a hooked module whose class hooklint cannot see (a parameter, an
@@ -222,6 +228,7 @@ class LegacyHookGradInput(Rule):
     name = "legacy-hook-grad-input"
     summary = "A legacy backward hook uses `grad_input`, which belongs to the last op, not the module"
     severity = Severity.ERROR
+    origins = (Origin.STATIC, Origin.GRAPH)
     triggers = LEGACY_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
         # only grad_output: deprecated (HKL101) but not wrong
@@ -282,8 +289,17 @@ class LegacyHookGradInput(Rule):
                 continue
             first = uses[0]
             what = _use_kind(first)
+            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls and m.bound is not None]
+            unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
+            if pairs and not unsafe:
+                continue  # the graph shows grad_input starts with the module's input gradients
             related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
-            message = self._message(reg, gi, what, module, forward)
+            if unsafe:
+                message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
+                origin = Origin.GRAPH
+            else:
+                message = self._message(reg, gi, what, module, forward)
+                origin = Origin.STATIC
             yield self.finding(
                 ctx,
                 reg.name_node,
@@ -292,6 +308,7 @@ class LegacyHookGradInput(Rule):
                 help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
                 "input; or hook the tensor you mean with `tensor.register_hook`.",
                 related=related,
+                origin=origin,
             )
 
     @staticmethod
@@ -313,6 +330,63 @@ class LegacyHookGradInput(Rule):
                     f"last op its forward runs, not the module's")
         return (f"{head} on {target}; hooklint cannot see that module's forward, and unless it is a single "
                 f"autograd op `{gi}` holds the input gradients of its last op, not the module's")
+
+
+def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, module: ModuleFacts,
+                   path: str) -> str:
+    """What the model graph says the hook receives: the op, where it is, what it skips."""
+    hook_name = reg.hook.name if reg.hook else "the hook"
+    where = f"`{reg.receiver_text}` ({module.class_name}" + (
+        f", module `{module.path}` of {model.class_name})" if module.path else ")")
+    bound = module.bound
+    assert bound is not None
+    site = bound.where(relative_to=os.path.realpath(path))
+    code = f"`{bound.code}`, " if bound.code else ""
+    op = f"{bound.name} ({code}{site})" if site else bound.name
+    if not bound.autograd:
+        op = f"the last op of its forward, {op}"
+    head = f"legacy backward hook `{hook_name}` {what} `{gi}`, but on {where} it binds to {op}"
+    if not module.bound_is_own:
+        head += ", an op before the module (its forward returns its input as is)"
+    shapes = ""
+    if bound.grad_input is not None and model.inputs:
+        shapes = (f" (of shapes ({', '.join(format_shape(s) for s in bound.grad_input)}) for an input "
+                  f"{', '.join(str(i) for i in model.inputs)})")
+    body = f": `{gi}` holds that op's input gradients{shapes}, not the gradient of {module.class_name}'s input"
+    skipped = _skipped(model, module)
+    return head + body + (f"; it skips {skipped}" if skipped else "")
+
+
+def _skipped(model: ModelFacts, module: ModuleFacts, limit: int = 4) -> str:
+    """The module's other ops, by submodule: "f1 (Linear), `y = x * 2` (Mul)"."""
+    parts: list[str] = []
+    prefix = module.path + "." if module.path else ""
+    bound = module.bound
+
+    def child_of(op_module: str) -> str | None:
+        if op_module == module.path or not op_module.startswith(prefix):
+            return None
+        return prefix + op_module[len(prefix):].split(".")[0]
+
+    bound_child = child_of(bound.module) if bound is not None else None
+    for op in module.ops:
+        if op == bound:
+            continue
+        child = child_of(op.module)
+        if child is not None and child == bound_child:
+            continue  # the submodule the hook lands in is not skipped
+        if child is not None:
+            sub = model.module(child)
+            label = f"{child[len(prefix):]} ({sub.class_name})" if sub else child
+        elif op.code and bound is not None and (op.file, op.line) != (bound.file, bound.line):
+            label = f"`{op.code}` ({op.short})"
+        else:  # on the bound op's line (inside a built-in layer): its name says more
+            label = op.name
+        if label not in parts:
+            parts.append(label)
+    if len(parts) > limit:
+        return ", ".join(parts[:limit]) + f" and {len(parts) - limit} more"
+    return ", ".join(parts)
 
 
 def _use_kind(name: ast.Name) -> str:

@@ -1,0 +1,92 @@
+"""``.hooklint_cache/``: graph facts that need no second import of the user's code.
+
+An entry is keyed by the file's content and path, hooklint's version, torch's
+version, the Python version and the parts of the configuration that change
+facts (``models``, ``memory-limit``).  It also records the content hashes of
+the user's own modules the file imported (``deps``); an entry whose deps
+changed is ignored.  Failures of the whole file (import errors, crashes,
+timeouts) are never cached: they may depend on the environment.
+
+The folder holds a ``CACHEDIR.TAG`` (backup tools skip it) and a
+``.gitignore`` containing ``*``.  Deleting it is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from hooklint import __version__
+from hooklint.fsutil import atomic_write_text
+from hooklint.graph.facts import FACTS_VERSION
+
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by hooklint.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+
+
+def file_digest(path: str | Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+class GraphCache:
+    def __init__(self, folder: Path, torch_version: str, config_key: Any):
+        self.folder = folder
+        self.base = {"facts": FACTS_VERSION, "hooklint": __version__, "torch": torch_version,
+                     "python": list(sys.version_info[:2]), "config": config_key}
+        self.error: str | None = None
+
+    def key(self, what: Any) -> str:
+        data = json.dumps({**self.base, "what": what}, sort_keys=True, default=str)
+        return hashlib.sha256(data.encode()).hexdigest()
+
+    def _entry_path(self, key: str) -> Path:
+        return self.folder / "graph" / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            with open(self._entry_path(key), encoding="utf-8") as handle:
+                entry = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        deps = entry.get("deps", {})
+        if not isinstance(deps, dict) or any(file_digest(p) != digest for p, digest in deps.items()):
+            return None
+        return entry.get("value")
+
+    def put(self, key: str, value: Any, deps: dict[str, str]) -> None:
+        if self.error is not None:
+            return
+        try:
+            self._prepare()
+            path = self._entry_path(key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps({"deps": deps, "value": value}, ensure_ascii=False))
+        except OSError as exc:
+            self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"
+
+    def _prepare(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tag = self.folder / "CACHEDIR.TAG"
+        if not tag.exists():
+            atomic_write_text(tag, CACHEDIR_TAG)
+        ignore = self.folder / ".gitignore"
+        if not ignore.exists():
+            atomic_write_text(ignore, "*\n")
+
+
+def file_key(cache: GraphCache, path: str) -> str | None:
+    digest = file_digest(path)
+    if digest is None:
+        return None
+    return cache.key({"file": os.path.realpath(path), "sha256": digest})

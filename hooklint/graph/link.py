@@ -1,0 +1,116 @@
+"""From a hook registration in the source to the graph facts of the module it hooks.
+
+Rules call :func:`modules_for` with the receiver of ``register_*_hook``
+(``net.fc3``, ``self.f1``, ``conv``, the parameter of a function passed to
+``net.apply``) and get every ``(model, module)`` pair of ``ctx.graph`` that
+expression can denote.  An empty list means "not known": rules then fall back
+to their static behaviour.  No torch here: this runs in the static process.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import TYPE_CHECKING
+
+from hooklint.graph.facts import FileFacts, ModelFacts, ModuleFacts
+from hooklint.static.values import ModuleValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.static.context import FileContext
+
+Pair = tuple[ModelFacts, ModuleFacts]
+
+
+def graph_facts(ctx: "FileContext") -> FileFacts | None:
+    return ctx.graph if isinstance(ctx.graph, FileFacts) else None
+
+
+def _split(expr: ast.AST) -> tuple[ast.AST, list[str]] | None:
+    """``net.layer1[0].conv1`` -> (``net``, ["layer1", "0", "conv1"])."""
+    parts: list[str] = []
+    cur = expr
+    while True:
+        if isinstance(cur, ast.Attribute):
+            parts.insert(0, cur.attr)
+            cur = cur.value
+        elif isinstance(cur, ast.Subscript) and isinstance(cur.slice, ast.Constant) \
+                and isinstance(cur.slice.value, (int, str)) and not isinstance(cur.slice.value, bool):
+            parts.insert(0, str(cur.slice.value))
+            cur = cur.value
+        elif isinstance(cur, (ast.Name, ast.Call)):
+            return cur, parts
+        else:
+            return None
+
+
+def _join(prefix: str, parts: list[str]) -> str:
+    return ".".join(p for p in [prefix, *parts] if p)
+
+
+def _under(root: str, path: str) -> bool:
+    return not root or path == root or path.startswith(root + ".")
+
+
+def _roots(ctx: "FileContext", facts: FileFacts, base: ast.AST, value: ModuleValue) -> list[tuple[ModelFacts, str]]:
+    """(model, module path) pairs the base expression of a receiver can denote."""
+    name = value.class_name
+    if name is None:
+        return []
+    if value.call is not None:
+        line = value.call.lineno
+        built = [m for m in facts.models if m.call_line == line and m.class_name == name]
+        if not built:  # the same constructor call elsewhere in the file builds the same model
+            text = ast.unparse(value.call)
+            built = [m for m in facts.models if m.class_name == name and m.source == text]
+        if not built and not value.call.args and not value.call.keywords:
+            built = [m for m in facts.models if m.class_name == name and m.call_line is None]
+        return [(m, "") for m in built]
+    if value.local_class is not None and isinstance(base, ast.Name):
+        # `self` in a method of the class, or a parameter annotated with it:
+        # every instance of the class in every model known for this file
+        here = os.path.realpath(ctx.path)
+        return [(model, module.path) for model, module in facts.occurrences(name)
+                if module.class_file is None or module.class_file == here]
+    return []
+
+
+def modules_for(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
+    """Every (model, module) the receiver of a hook registration can be."""
+    facts = graph_facts(ctx)
+    if facts is None or receiver is None:
+        return []
+    split = _split(receiver)
+    if split is None:
+        return []
+    base, parts = split
+    value = ctx.inference.infer(base)
+    if not isinstance(value, ModuleValue):
+        return []
+    if value.applied_from is not None:  # `net.apply(fn)`: fn's argument is every module of net
+        out: list[Pair] = []
+        for model, root in modules_for(ctx, value.applied_from):
+            out.extend((model, m) for m in model.modules if _under(root.path, m.path))
+        return out
+    pairs = []
+    for model, prefix in _roots(ctx, facts, base, value):
+        module = model.module(_join(prefix, parts))
+        if module is not None:
+            pairs.append((model, module))
+    return pairs
+
+
+def fed_by_data(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
+    """The hooked modules whose inputs can come straight from data that needs no
+    grad and that own trainable parameters: a full backward hook on them runs
+    before their parameters' ``.grad`` is accumulated (hook-semantics.md, 2).
+    A model analysed on its own counts as fed by data."""
+    return [(model, module) for model, module in modules_for(ctx, receiver)
+            if module.calls and module.inputs_from_data and module.trainable_params]
+
+
+def describe_module(model: ModelFacts, module: ModuleFacts) -> str:
+    """```fc1`` (Linear, in Model)`` or ```conv`` (Conv2d)`` for a model on its own."""
+    if not module.path:
+        return f"{model.class_name} built with `{model.source}`" if model.call_line else model.class_name
+    return f"`{module.path}` ({module.class_name}, in {model.class_name})"

@@ -1,0 +1,121 @@
+"""``hooklint graph`` output: a table per analysed model, or JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from hooklint.findings import Notice
+from hooklint.graph.facts import FACTS_VERSION, FileFacts, ModelFacts, ModuleFacts
+
+HEADERS = ("module", "class", "ops", "legacy hook binds to", "legacy-safe", "full hook before param grads")
+
+
+def _yes_no(value: bool | None) -> str:
+    return "?" if value is None else ("yes" if value else "no")
+
+
+def _trainable_below(model: ModelFacts, module: ModuleFacts) -> int:
+    prefix = module.path + "." if module.path else ""
+    return sum(m.trainable_params for m in model.modules if m.path == module.path or m.path.startswith(prefix))
+
+
+def full_hook_column(model: ModelFacts, module: ModuleFacts) -> str:
+    """Whether a full backward hook fires before the module's parameters' .grad is written."""
+    if not module.calls:
+        return ""
+    if _trainable_below(model, module) == 0:
+        return "- (no parameters)"
+    if module.inputs_from_data is None:
+        return "?"
+    return "yes" if module.inputs_from_data else "no"
+
+
+def bound_column(module: ModuleFacts, model_file: str | None) -> str:
+    if not module.calls:
+        return ""
+    bound = module.bound
+    if bound is None:
+        return "nothing (no grad_fn: never fires)"
+    site = bound.where(relative_to=model_file)
+    text = f"{bound.name} ({site})" if site else bound.name
+    return text if module.bound_is_own else text + " *"
+
+
+def rows(model: ModelFacts) -> list[tuple[Any, ...]]:
+    model_file = os.path.realpath(model.class_file) if model.class_file else None
+    out = []
+    for module in model.modules:
+        out.append((
+            module.display_path,
+            module.class_name,
+            len(module.ops) if module.calls else "not called",
+            bound_column(module, model_file),
+            _yes_no(module.legacy_safe) if module.calls else "",
+            full_hook_column(model, module),
+        ))
+    return out
+
+
+def model_heading(model: ModelFacts) -> str:
+    built = f"built with {model.source}" + (f" (line {model.call_line})" if model.call_line else "")
+    return f"{model.class_name}: {built}; {model.describe_method()}"
+
+
+def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
+    from tabulate import tabulate
+
+    if not facts and not factories:
+        return ""
+    chunks: list[str] = []
+
+    def add_model(model: ModelFacts) -> None:
+        chunks.append("  " + model_heading(model))
+        table = tabulate(rows(model), headers=HEADERS, tablefmt="simple")
+        chunks.append("\n".join("    " + line for line in table.splitlines()))
+        if any(m.calls and m.bound is not None and not m.bound_is_own for m in model.modules):
+            chunks.append("    * not an op of the module itself: its forward returns its input as is, and the "
+                          "hook is attached to the op that produced it")
+        chunks.append("")
+
+    for found in facts:
+        head = found.path + ("  (from the cache)" if found.cached else "")
+        chunks.append(head)
+        if found.error:
+            chunks.append(f"  not analysed: {found.error}")
+        for model in found.models:
+            add_model(model)
+        for missing in found.unanalysed:
+            where = f" (line {missing.line})" if missing.line else ""
+            chunks.append(f"  {missing.class_name}{where}: not analysed: {missing.reason}")
+        if not found.models and not found.unanalysed and not found.error:
+            chunks.append("  no model was built")
+        chunks.append("")
+    if factories:
+        chunks.append("factories ([tool.hooklint] models)")
+        for model in factories:
+            add_model(model)
+    if any(found.models for found in facts) or factories:
+        chunks.append("legacy-safe: the legacy hook's grad_input starts with exactly the gradients of the module's "
+                      "inputs.  full hook before param grads: its inputs can come straight from data that needs "
+                      "no grad, so a full backward hook runs before its parameters' .grad is accumulated.")
+    return "\n".join(chunks).rstrip("\n") + "\n"
+
+
+def render_json(facts: list[FileFacts], factories: list[ModelFacts], notices: list[Notice],
+                torch_version: str | None) -> str:
+    def model_dict(model: ModelFacts) -> dict[str, Any]:
+        data = model.to_dict()
+        for module_data, module in zip(data["modules"], model.modules):
+            module_data["full_hook_before_param_grads"] = full_hook_column(model, module) or None
+        return data
+
+    payload = {
+        "version": FACTS_VERSION,
+        "torch": torch_version,
+        "files": [{**found.to_dict(), "models": [model_dict(m) for m in found.models]} for found in facts],
+        "factories": [model_dict(m) for m in factories],
+        "notices": [n.to_dict() for n in notices],
+    }
+    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
