@@ -42,22 +42,18 @@ KIND_WORDS = {
 # (tests/behaviour/test_grad_edit.py observes each sentence).
 _WHEN = {
     HookKind.FULL_BACKWARD: (
-        "a full backward hook runs when the gradient w.r.t. the module's inputs is computed; if no input "
-        "requires grad (a first layer fed plain data, a frozen embedding in front) it runs before "
-        "AccumulateGrad has written `.grad`: `.grad` is None on the first step (AttributeError) and the "
-        "previous step's gradient afterwards, and an edit is lost under this step's accumulation; even "
-        "when the inputs need grad, the order is an engine scheduling detail"
+        "a full backward hook can run before this step's gradient is accumulated: when no input of the "
+        "module requires grad (a first layer fed plain data) `.grad` is None on the first step and last "
+        "step's afterwards, and the edit is lost"
     ),
     HookKind.BACKWARD_LEGACY: (
-        "a legacy backward hook runs right after the last autograd op of the module's forward, before "
-        "AccumulateGrad writes the parameters' `.grad` (on nn.Linear, whether or not the input requires "
-        "grad): `.grad` is None on the first step (AttributeError) and the previous step's gradient "
-        "afterwards, and an edit is lost under this step's accumulation"
+        "a legacy backward hook runs right after the module's last autograd op, before its parameters' "
+        "gradients are accumulated: `.grad` is None on the first step and last step's afterwards, and the "
+        "edit is lost"
     ),
     HookKind.FULL_BACKWARD_PRE: (
-        "a full backward pre-hook runs before the module's own backward: its parameters' `.grad` is None on "
-        "the first step (AttributeError) and the previous step's gradient afterwards, and an edit is lost "
-        "under this step's accumulation"
+        "a full backward pre-hook runs before the module's own backward: `.grad` is None on the first step "
+        "and last step's afterwards, and the edit is lost"
     ),
 }
 
@@ -228,7 +224,7 @@ class GradEditInModuleHook(Rule):
     """
 
     code = "HKL201"
-    origins = (Origin.STATIC, Origin.RUNTIME)
+    origins = (Origin.STATIC, Origin.GRAPH, Origin.RUNTIME)
     name = "grad-edit-in-module-hook"
     summary = "A module backward hook reads or writes a parameter's `.grad`, which may not hold this step's gradient"
     severity = Severity.ERROR
@@ -304,14 +300,33 @@ class GradEditInModuleHook(Rule):
             when = "; ".join(dict.fromkeys(_WHEN[r.kind] for r in regs))
             message = (f"`{hook_name}` ({describe_registrations(regs)}) {verb} `{src(first)}`, "
                        f"but {when}")
+            fed = _fed_by_data(ctx, regs)
+            if fed:
+                message += (f"; the model graph shows {', '.join(fed)} is fed straight from data, so there "
+                            f"it does run too early")
             yield self.finding(
                 ctx, first, message,
+                origin=Origin.GRAPH if fed else Origin.STATIC,
                 help="Hook the parameter instead: `param.register_hook(lambda g: ...)` changes the gradient "
                 "before it is accumulated; `param.register_post_accumulate_grad_hook(fn)` (torch >= 2.1) "
                 "runs after `.grad` holds this step's gradient.",
                 fix=_post_accumulate_fix(ctx, func, regs, accesses),
                 related=registration_notes(ctx, regs),
             )
+
+
+def _fed_by_data(ctx: FileContext, regs: list[Registration]) -> list[str]:
+    """Hooked modules that the graph layer saw fed by data needing no grad
+    (hook-semantics.md section 2): where the hook certainly runs too early."""
+    if ctx.graph is None:
+        return []
+    from hooklint.graph.link import describe_module, fed_by_data
+
+    names: dict[str, None] = {}
+    for reg in regs:
+        for model, module in fed_by_data(ctx, reg.receiver):
+            names[describe_module(model, module)] = None
+    return list(names)
 
 
 # --------------------------------------------------------------- display fix

@@ -120,7 +120,7 @@ class FullHookInplace(Rule):
     name = "full-hook-inplace"
     summary = "A full backward hook on a module whose output (or input) is modified in place breaks the forward"
     severity = Severity.ERROR
-    origins = (Origin.GRAPH, Origin.STATIC)
+    origins = (Origin.GRAPH, Origin.STATIC, Origin.RUNTIME)
     triggers = ("register_full_backward_hook", "register_full_backward_pre_hook")
     VALID: ClassVar[tuple[str, ...]] = (
         # out-of-place ReLU after the hooked conv

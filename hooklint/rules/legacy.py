@@ -86,6 +86,7 @@ class LegacyBackwardHook(Rule):
     """
 
     code = "HKL101"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "legacy-backward-hook"
     summary = "Legacy `register_backward_hook` binds to the module's last autograd op; use a full backward hook"
     severity = Severity.WARNING
@@ -228,7 +229,7 @@ class LegacyHookGradInput(Rule):
     name = "legacy-hook-grad-input"
     summary = "A legacy backward hook uses `grad_input`, which belongs to the last op, not the module"
     severity = Severity.ERROR
-    origins = (Origin.STATIC, Origin.GRAPH)
+    origins = (Origin.STATIC, Origin.GRAPH, Origin.RUNTIME)
     triggers = LEGACY_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
         # only grad_output: deprecated (HKL101) but not wrong

@@ -101,3 +101,20 @@ def test_what_hkl201_asks():
     [reg] = [r for r in seed003.hooks.by_kind(HookKind.FULL_BACKWARD) if r.call.lineno == 23]
     assert [describe_module(*pair) for pair in fed_by_data(seed003, reg.receiver)] == [
         "Conv2d built with `nn.Conv2d(3, 1, 3)`"]
+
+
+def test_hkl201_message_names_the_modules_fed_by_data():
+    """With graph facts, HKL201 says where the hook certainly runs too early and
+    is reported by the graph layer; without them it keeps its static message."""
+    from hooklint.findings import Origin
+    from hooklint.rules import get_rule
+
+    rule = get_rule("HKL201")()
+    path = FIXTURES / "seeds" / "seed000_conditional_grad_hook.py"
+    [with_graph] = rule.check(_context(path))
+    assert with_graph.origin is Origin.GRAPH
+    assert "the model graph shows `fc1` (Linear, in Model) is fed straight from data" in with_graph.message
+    text = path.read_text(encoding="utf-8")
+    [static] = rule.check(FileContext(str(path), text, ast.parse(text)))
+    assert static.origin is Origin.STATIC and "model graph" not in static.message
+    assert static.location == with_graph.location
