@@ -26,7 +26,6 @@ from hooklint.static.source import LINE_BREAK
 MAX_ROUNDS = 10
 
 
-
 @dataclass(frozen=True)
 class RejectedFix:
     finding: Finding

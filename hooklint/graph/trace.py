@@ -331,19 +331,25 @@ def tensors_in(value: Any) -> list[torch.Tensor]:
     return out
 
 
-def hooked_tensor(result: Any) -> torch.Tensor | None:
-    """The tensor whose grad_fn a legacy hook is attached to (``Module._call_impl``)."""
-    var = result
+def _first_of(structure: Any, kind: type) -> Any:
+    """The first ``kind`` reached through first elements and first matching dict
+    values, as ``Module._call_impl`` looks for the tensor to hook."""
+    var = structure
     for _ in range(64):
-        if isinstance(var, torch.Tensor):
+        if isinstance(var, kind):
             return var
         if isinstance(var, dict):
-            var = next((v for v in var.values() if isinstance(v, torch.Tensor)), None)
+            var = next((v for v in var.values() if isinstance(v, kind)), None)
         elif isinstance(var, (tuple, list)) and var:
             var = var[0]
         else:
             return None
     return None
+
+
+def hooked_tensor(result: Any) -> torch.Tensor | None:
+    """The tensor whose grad_fn a legacy hook is attached to (``Module._call_impl``)."""
+    return _first_of(result, torch.Tensor)
 
 
 def new_nodes(outputs: Iterable[torch.Tensor], mark: int) -> list[Any]:
@@ -732,17 +738,7 @@ _SPECIALIZATION_CHECKS = frozenset({torch._assert, getattr(fx._symbolic_trace, "
 
 
 def _first_node(structure: Any) -> fx.Node | None:
-    var = structure
-    for _ in range(64):
-        if isinstance(var, fx.Node):
-            return var
-        if isinstance(var, dict):
-            var = next((v for v in var.values() if isinstance(v, fx.Node)), None)
-        elif isinstance(var, (tuple, list)) and var:
-            var = var[0]
-        else:
-            return None
-    return None
+    return _first_of(structure, fx.Node)
 
 
 def _fx_trainable_nodes(trace: FxTrace) -> set[fx.Node]:
