@@ -34,8 +34,18 @@ class CheckOptions:
 
 
 def display_path(path: str) -> str:
-    """Paths as the user would type them: relative to the working folder when inside it."""
-    try:
+    """Paths as the user would type them: relative to the working folder when
+    inside it (what ``os.path.relpath`` gives, without its cost per file)."""
+    cwd = os.getcwd()
+    full = os.path.normpath(os.path.join(cwd, path))
+    if full == cwd:
+        return "."
+    prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
+    if full.startswith(prefix):
+        return full[len(prefix):]
+    if not full.startswith(os.sep * 2):  # outside the working folder
+        return path
+    try:  # `//x` (POSIX) or a UNC path: let relpath sort it out
         rel = os.path.relpath(path)
     except ValueError:  # another drive on Windows
         return path
@@ -54,15 +64,23 @@ def discover(options: CheckOptions) -> list[str]:
 def rel_to_root(path: str, root: Path) -> str:
     try:
         return Path(path).resolve().relative_to(root).as_posix()
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # outside the root; a symlink loop
         return Path(path).as_posix()
 
 
-def check_one(path: str, options: CheckOptions, graph: Any = None) -> FileResult:
+def ignored_codes(path: str, options: CheckOptions) -> frozenset[str]:
     cfg = options.config
-    ignored = frozenset(cfg.ignored_for(rel_to_root(path, cfg.root))) if cfg.per_file_ignores else frozenset()
-    return check_file(path, options.codes, display_path=display_path(path), ignored=ignored, graph=graph,
-                      prefilter=options.prefilter)
+    return frozenset(cfg.ignored_for(rel_to_root(path, cfg.root))) if cfg.per_file_ignores else frozenset()
+
+
+def check_one(path: str, options: CheckOptions, graph: Any = None) -> FileResult:
+    return check_file(path, options.codes, display_path=display_path(path), ignored=ignored_codes(path, options),
+                      graph=graph, prefilter=options.prefilter)
+
+
+def internal_error_result(path: str, exc: Exception) -> FileResult:
+    return FileResult(display_path(path), notices=[Notice(
+        display_path(path), f"internal error ({type(exc).__name__}: {exc}); please report it", NoticeLevel.ERROR)])
 
 
 def run_check(options: CheckOptions) -> Report:
@@ -80,8 +98,9 @@ def run_check(options: CheckOptions) -> Report:
 
 
 def check_many(files: list[str], options: CheckOptions, graph_facts: dict[str, Any]) -> list[FileResult]:
-    """Check files, in parallel when ``options.jobs > 1``; results in input order."""
-    if options.jobs > 1 and len(files) > 1:
+    """Check files, in parallel when ``options.jobs > 1`` and through the cache
+    of static results when the CLI set one up; results in input order."""
+    if (options.jobs > 1 and len(files) > 1) or options.extra.get("static_cache") is not None:
         from hooklint.parallel import check_parallel
 
         return check_parallel(files, options, graph_facts)
@@ -92,7 +111,5 @@ def check_many(files: list[str], options: CheckOptions, graph_facts: dict[str, A
         except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
             if os.environ.get("HOOKLINT_STRICT"):
                 raise
-            out.append(FileResult(display_path(path), notices=[Notice(
-                display_path(path), f"internal error ({type(exc).__name__}: {exc}); please report it",
-                NoticeLevel.ERROR)]))
+            out.append(internal_error_result(path, exc))
     return out

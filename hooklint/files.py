@@ -79,6 +79,45 @@ def glob_match(pattern: str, rel_path: str, is_dir: bool = False) -> bool:
     return bool(regex.match(rel_path))
 
 
+class PatternSet:
+    """Several patterns matched in one regex call: ``glob_match`` of any of
+    them, without a call per pattern per file (slow on large trees)."""
+
+    def __init__(self, patterns: list[str]):
+        # A plain name (`build`, `.venv`) matches when it is one of the path's
+        # components: a set lookup, not a regex per pattern.
+        self.names = frozenset(p for p in patterns if _is_plain_name(p))
+        self.dir_names = frozenset(p[:-1] for p in patterns if p.endswith("/") and _is_plain_name(p[:-1]))
+        compiled = [(_compile(p)[0].pattern, p.endswith("/")) for p in patterns
+                    if p not in self.names and p[:-1] not in self.dir_names]
+        plain = [rx for rx, dir_only in compiled if not dir_only]
+        dirs = [rx for rx, dir_only in compiled if dir_only]
+        self.plain = re.compile("|".join(f"(?:{rx})" for rx in plain)) if plain else None
+        self.dirs = re.compile("|".join(f"(?:{rx})" for rx in dirs)) if dirs else None
+
+    def match(self, rel_path: str, is_dir: bool = False) -> bool:
+        rel_path = rel_path.replace(os.sep, "/")
+        while rel_path.startswith("./"):
+            rel_path = rel_path[2:]
+        parts = rel_path.split("/")
+        if not self.names.isdisjoint(parts):
+            return True
+        if self.dir_names and not self.dir_names.isdisjoint(parts if is_dir else parts[:-1]):
+            return True
+        if self.plain is not None and self.plain.match(rel_path):
+            return True
+        if self.dirs is None:
+            return False
+        if is_dir:
+            return bool(self.dirs.match(rel_path))
+        parent = rel_path.rsplit("/", 1)[0] if "/" in rel_path else ""
+        return bool(parent) and bool(self.dirs.match(parent))
+
+
+def _is_plain_name(pattern: str) -> bool:
+    return bool(pattern) and not any(c in pattern for c in "/*?[\\!") and pattern not in (".", "..")
+
+
 @dataclass
 class GitIgnore:
     """The ``.gitignore`` rules in force for one folder, including its parents'."""
@@ -127,6 +166,7 @@ class Walker:
                  force_exclude: bool = False):
         self.root = root.resolve()
         self.excludes = excludes
+        self._exclude_set = PatternSet(excludes)
         self.respect_gitignore = respect_gitignore
         self.force_exclude = force_exclude
         self.missing: list[str] = []
@@ -134,16 +174,22 @@ class Walker:
     def rel(self, path: Path) -> str:
         try:
             return path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
+        except (ValueError, OSError, RuntimeError):  # outside the root; a symlink loop
             return path.as_posix()
 
     def excluded(self, path: Path, is_dir: bool) -> bool:
-        rel = self.rel(path)
-        name = path.name
-        for pattern in self.excludes:
-            if glob_match(pattern, rel, is_dir) or (name and glob_match(pattern, name, is_dir)):
-                return True
-        return False
+        return self._excluded_rel(self.rel(path), path.name, is_dir)
+
+    def _excluded_rel(self, rel: str, name: str, is_dir: bool) -> bool:
+        return self._exclude_set.match(rel, is_dir) or bool(name and self._exclude_set.match(name, is_dir))
+
+    def _child_rel(self, folder_rel: str, entry: os.DirEntry) -> str:
+        """``rel`` of a folder entry without resolving it: resolving a name that
+        is not a symlink changes nothing below its (resolved) folder, and one
+        resolve per file made walking large trees slow."""
+        if entry.is_symlink():
+            return self.rel(Path(entry.path))
+        return entry.name if folder_rel == "." else f"{folder_rel}/{entry.name}"
 
     def _gitignore_for(self, folder: Path) -> GitIgnore:
         """Rules from .gitignore files between the project root and ``folder``."""
@@ -186,34 +232,49 @@ class Walker:
     def _walk(self, top: Path, out: list[str], seen: set[str]) -> None:
         if self.force_exclude and self.excluded(top, True):
             return
-        stack: list[tuple[Path, GitIgnore]] = [(top, self._gitignore_for(top))]
+        stack: list[tuple[Path, GitIgnore, str]] = [(top, self._gitignore_for(top), self.rel(top))]
         while stack:
-            folder, ignore = stack.pop()
+            folder, ignore, folder_rel = stack.pop()
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
             except OSError:
                 continue
             subdirs = []
             for entry in entries:
-                path = Path(entry.path)
                 try:
                     is_dir = entry.is_dir(follow_symlinks=False)
-                    is_file = entry.is_file()
+                    if not is_dir and not entry.name.endswith(PYTHON_SUFFIXES):
+                        continue
+                    is_file = not is_dir and _is_regular(entry)
+                    rel = self._child_rel(folder_rel, entry)
                 except OSError:
                     continue
                 if is_dir:
-                    if self.excluded(path, True):
+                    if self._excluded_rel(rel, entry.name, True) or ignore.ignores(rel, True):
                         continue
-                    rel = self.rel(path)
-                    if ignore.ignores(rel, True):
-                        continue
-                    subdirs.append(path)
-                elif is_file and entry.name.endswith(PYTHON_SUFFIXES):
-                    if self.excluded(path, False) or ignore.ignores(self.rel(path), False):
+                    subdirs.append((Path(entry.path), rel))
+                elif is_file or not _is_folder(entry):
+                    # a broken symlink or a FIFO named *.py is reported (HKL002), not silently skipped
+                    if self._excluded_rel(rel, entry.name, False) or ignore.ignores(rel, False):
                         continue
                     key = os.path.normpath(entry.path)
                     if key not in seen:
                         seen.add(key)
-                        out.append(os.path.normpath(entry.path))
-            for sub in reversed(subdirs):
-                stack.append((sub, ignore.child(sub, self.rel(sub))))
+                        out.append(key)
+            for sub, rel in reversed(subdirs):
+                stack.append((sub, ignore.child(sub, rel), rel))
+
+
+def _is_regular(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:  # a symlink loop: reported when it is read
+        return False
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    """Does the entry lead to a folder (a symlinked one included)?"""
+    try:
+        return entry.is_dir()
+    except OSError:  # a symlink loop
+        return False

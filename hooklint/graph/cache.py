@@ -7,8 +7,9 @@ the user's own modules the file imported (``deps``); an entry whose deps
 changed is ignored.  Failures of the whole file (import errors, crashes,
 timeouts) are never cached: they may depend on the environment.
 
-The folder holds a ``CACHEDIR.TAG`` (backup tools skip it) and a
-``.gitignore`` containing ``*``.  Deleting it is always safe.
+The folder (shared with the static results, see ``hooklint.results_cache``)
+is prepared by ``hooklint.cachedir``: a ``CACHEDIR.TAG`` and a ``.gitignore``
+containing ``*``.  Deleting it is always safe.
 """
 
 from __future__ import annotations
@@ -21,14 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from hooklint import __version__
+from hooklint.cachedir import prepare_cache_folder
 from hooklint.fsutil import atomic_write_text
 from hooklint.graph.facts import FACTS_VERSION
-
-CACHEDIR_TAG = (
-    "Signature: 8a477f597d28d172789f06886806bc55\n"
-    "# This file is a cache directory tag created by hooklint.\n"
-    "# For information about cache directory tags see https://bford.info/cachedir/\n"
-)
 
 
 def file_digest(path: str | Path) -> str | None:
@@ -68,21 +64,12 @@ class GraphCache:
         if self.error is not None:
             return
         try:
-            self._prepare()
+            prepare_cache_folder(self.folder)
             path = self._entry_path(key)
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(path, json.dumps({"deps": deps, "value": value}, ensure_ascii=False))
         except OSError as exc:
             self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"
-
-    def _prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tag = self.folder / "CACHEDIR.TAG"
-        if not tag.exists():
-            atomic_write_text(tag, CACHEDIR_TAG)
-        ignore = self.folder / ".gitignore"
-        if not ignore.exists():
-            atomic_write_text(ignore, "*\n")
 
 
 def file_key(cache: GraphCache, path: str) -> str | None:

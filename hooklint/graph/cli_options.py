@@ -20,7 +20,8 @@ def add_graph_options(group) -> None:
                        help="Time allowed to import and analyse one model file (default: `timeout` from the "
                             "config, else 60).")
     group.add_argument("--no-cache", action="store_true",
-                       help="Analyse every model file again instead of reading .hooklint_cache/.")
+                       help="Ignore .hooklint_cache/ (graph facts and static results): nothing is read from "
+                            "it or written to it.")
 
 
 def add_check_options(parser: argparse.ArgumentParser) -> None:

@@ -179,25 +179,26 @@ class _Filter:
                 return None
             body = self.block(stmt.body)
             orelse = self.block(stmt.orelse)
-            return ast.If(test=stmt.test, body=body or [_pass(stmt)], orelse=orelse,
-                          lineno=stmt.lineno, col_offset=stmt.col_offset)
+            # copy_location: end positions too, or compile() rejects the new node
+            return ast.copy_location(ast.If(test=stmt.test, body=body or [_pass(stmt)], orelse=orelse), stmt)
         if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
             body = self.block(stmt.body)  # type: ignore[attr-defined]
             if not body:
                 return None
             handlers = []
             for handler in stmt.handlers:  # type: ignore[attr-defined]
-                handlers.append(ast.ExceptHandler(type=handler.type, name=handler.name,
-                                                  body=self.block(handler.body) or [_pass(handler)],
-                                                  lineno=handler.lineno, col_offset=handler.col_offset))
-            return type(stmt)(body=body, handlers=handlers, orelse=self.block(stmt.orelse),  # type: ignore
-                              finalbody=self.block(stmt.finalbody),  # type: ignore[attr-defined]
-                              lineno=stmt.lineno, col_offset=stmt.col_offset)
+                handlers.append(ast.copy_location(ast.ExceptHandler(
+                    type=handler.type, name=handler.name, body=self.block(handler.body) or [_pass(handler)]),
+                    handler))
+            return ast.copy_location(type(stmt)(body=body, handlers=handlers,  # type: ignore[call-arg]
+                                                orelse=self.block(stmt.orelse),  # type: ignore[attr-defined]
+                                                finalbody=self.block(stmt.finalbody)),  # type: ignore[attr-defined]
+                                     stmt)
         return None
 
 
 def _pass(at: ast.AST) -> ast.Pass:
-    return ast.Pass(lineno=getattr(at, "lineno", 1), col_offset=getattr(at, "col_offset", 0))
+    return ast.copy_location(ast.Pass(), at)
 
 
 def definitions_only(tree: ast.Module) -> Sanitized:

@@ -4,6 +4,7 @@ from the folder hooklint ran in)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -23,3 +24,8 @@ def repo_relative(path: str, root: Path) -> str | None:
         return Path(path).resolve().relative_to(root).as_posix()
     except ValueError:
         return None
+    except (OSError, RuntimeError):  # a symlink loop: where the link itself is
+        try:
+            return Path(os.path.abspath(path)).relative_to(root).as_posix()
+        except ValueError:
+            return None

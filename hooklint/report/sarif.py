@@ -12,6 +12,7 @@ published schema.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from urllib.parse import quote
 
@@ -35,7 +36,10 @@ class _Paths:
     def artifact(self, path: str) -> dict:
         rel = repo_relative(path, self.root)
         if rel is None:  # outside the repository: an absolute URI, no base
-            return {"uri": Path(path).resolve().as_uri()}
+            try:
+                return {"uri": Path(path).resolve().as_uri()}
+            except (OSError, RuntimeError):  # a symlink loop: where the link itself is
+                return {"uri": Path(os.path.abspath(path)).as_uri()}
         return {"uri": quote(rel, safe="/"), "uriBaseId": SRCROOT}
 
 

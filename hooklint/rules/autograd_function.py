@@ -19,6 +19,13 @@ from hooklint.static.context import FileContext
 from hooklint.static.flow import executed_nodes
 from hooklint.static.semantic import ClassInfo, FunctionNode, is_staticmethod, positional_params
 
+# A Function subclass is recognised by its base's qualified name, which ends in
+# `Function` (or `InplaceFunction`), and needs a `def backward`; a file
+# without both has no Function these rules can check.  (The pattern starts
+# with a literal so that the regex engine can skip to each `def`.)
+FUNCTION_TRIGGERS = ("Function",)
+FUNCTION_TRIGGER_PATTERN = r"def[ \t\f\r\n\\]+backward\b"
+
 # Tensor methods that return one tensor (not a tuple), whatever their arguments.
 _SINGLE_TENSOR_METHODS = frozenset({
     "mm", "matmul", "bmm", "t", "sum", "mean", "mul", "add", "sub", "div", "neg", "exp", "log", "clone", "view",
@@ -321,7 +328,8 @@ class FunctionGradCount(Rule):
     name = "function-grad-count"
     summary = "A custom autograd Function's backward returns a different number of gradients than forward has inputs"
     severity = Severity.ERROR
-    triggers = ("backward",)
+    triggers = FUNCTION_TRIGGERS
+    trigger_pattern = FUNCTION_TRIGGER_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
         # one gradient per input, None for the non-tensor one
         "import torch\n"
@@ -583,7 +591,8 @@ class FunctionGradOrder(Rule):
     name = "function-grad-order"
     summary = "A custom autograd Function guards or returns a gradient in another input's position"
     severity = Severity.ERROR
-    triggers = ("backward",)
+    triggers = FUNCTION_TRIGGERS
+    trigger_pattern = FUNCTION_TRIGGER_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
         # the PyTorch docs' LinearFunction
         "import torch\n"

@@ -65,6 +65,11 @@ class Rule:
     # The driver skips parsing files that contain none of the enabled rules'
     # triggers, so a rule that forgets one loses findings (and a test fails).
     triggers: ClassVar[tuple[str, ...]] = ()
+    # For rules whose trigger words are common (`forward`): a regular
+    # expression that any file this rule can flag also matches, tried only on
+    # files that contain a trigger word.  It must not backtrack badly on any
+    # text (hostile input goes through it): no nested ambiguous repeats.
+    trigger_pattern: ClassVar[str | None] = None
     fix_applicability: ClassVar[str] = "none"  # documented in "Fix safety"
     VALID: ClassVar[tuple[str, ...]] = ()
     INVALID: ClassVar[tuple[Invalid, ...]] = ()

@@ -526,18 +526,35 @@ class ModuleHookRegisteredAfterForward(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         finder = BackwardFinder(ctx.model, ctx.inference)
+        # For each statement list, its statements that call backward, found
+        # once: every registration looks at the statements after it, which
+        # was quadratic in a file with hundreds of registrations.
+        blocks: dict[int, list[tuple[int, list[BackwardCall]]]] = {}
+
+        def backward_statements(block: list[ast.stmt]) -> list[tuple[int, list[BackwardCall]]]:
+            if id(block) not in blocks:
+                entries = []
+                for i, statement in enumerate(block):
+                    found_calls = [finder.backward_call(call) for call in calls_in(statement)]
+                    found_calls = [b for b in found_calls if b is not None and b.tensor is not None]
+                    if found_calls:
+                        entries.append((i, found_calls))
+                blocks[id(block)] = entries
+            return blocks[id(block)]
+
         for reg in ctx.hooks.by_kind(*_MODULE_BACKWARD_KINDS):
             if reg.receiver is None or access_path(reg.receiver) is None:
                 continue
             stmt = statement_of(reg.call)
-            if stmt is None:
+            pos = block_of(stmt) if stmt is not None else None
+            if pos is None:
                 continue
-            for later in later_statements(stmt):
+            block, index = pos
+            for later_index, later_backwards in backward_statements(block):
+                if later_index <= index:
+                    continue
                 found = None
-                for call in calls_in(later):
-                    backward = finder.backward_call(call)
-                    if backward is None or backward.tensor is None:
-                        continue
+                for backward in later_backwards:
                     forward = self._earlier_forward(ctx, reg, backward.tensor)
                     if forward is not None:
                         found = (backward, forward)
@@ -611,8 +628,11 @@ class ForwardBypassesHooks(Rule):
 
     Calling the parent's implementation from an override
     (`super().forward(x)`, `Base.forward(self, x)`) is the normal way to
-    extend `forward` and is not reported, nor is `self.forward(...)` inside a
-    class's own `__call__` override.
+    extend `forward` and is not reported, nor is `self.forward(...)` inside
+    one of the class's own methods (its `__call__` override, a recursive
+    `forward`, or a helper such as `generate` or `input_to_embed` that runs
+    the module's computation on purpose: the caller called that method, not
+    the module).
 
     ## Known problems
     The severity is *warning*: the call is only wrong when some hook is (or
@@ -658,6 +678,12 @@ class ForwardBypassesHooks(Rule):
     summary = "`module.forward(...)` skips the module's hooks; call `module(...)`"
     severity = Severity.WARNING
     triggers = ("forward",)
+    # A call `<receiver>.forward(...)` (or `(<receiver>.forward)(...)`), with
+    # what Python allows between the tokens; never after `super()`, whose
+    # forward is the parent's (not reported).  It starts with the literal dot
+    # so that the regex engine can skip from dot to dot.
+    trigger_pattern = (r"\.(?<!super\(\)\.)(?:[ \t\f\r\n\\]|#[^\r\n]*[\r\n])*forward"
+                       r"(?:[ \t\f\r\n\\)]|#[^\r\n]*[\r\n])*\(")
     fix_applicability = "unsafe (replaces `module.forward(...)` with `module(...)`)"
     VALID: ClassVar[tuple[str, ...]] = (
         # the parent's forward from an override
@@ -680,6 +706,13 @@ class ForwardBypassesHooks(Rule):
         "class Tree(nn.Module):\n"
         "    def forward(self, x, depth=2):\n"
         "        return x if depth == 0 else self.forward(x * 2, depth - 1)\n",
+        # a helper method of the module running its own forward (transformers' Gemma3n)
+        "import torch.nn as nn\n"
+        "class AltUp(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2\n"
+        "    def scale_corrected_output(self, x):\n"
+        "        return self.forward(x)\n",
         # unknown receiver: not known to be a module
         "def run(model, x):\n"
         "    return model.forward(x)\n",
@@ -733,8 +766,8 @@ class ForwardBypassesHooks(Rule):
             cls = value.local_class
             if cls is not None and cls.method("__call__") is not None:
                 continue  # a module with its own __call__: `module(...)` would not run torch's hooks either
-            if _is_self_in(ctx, func.value, "forward"):
-                continue  # a recursive forward: the outer call already ran the hooks
+            if _is_method_self(ctx, func.value):
+                continue  # the module's own method: a recursive forward, or a helper run on purpose
             hooked = [r for r in by_target.get(_object_key(ctx, func.value), ()) if r.call.lineno < call.lineno]
             receiver = src(func.value)
             if hooked:
@@ -765,8 +798,8 @@ class ForwardBypassesHooks(Rule):
         )
 
 
-def _is_self_in(ctx: FileContext, expr: ast.AST, method: str) -> bool:
-    """Is ``expr`` the ``self`` of a method named ``method``?"""
+def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:
+    """Is ``expr`` the ``self`` (first parameter) of a method?"""
     if not isinstance(expr, ast.Name):
         return False
     bindings = ctx.model.bindings_at(expr)
@@ -774,7 +807,7 @@ def _is_self_in(ctx: FileContext, expr: ast.AST, method: str) -> bool:
         return False
     func = bindings[0].scope.node
     params = positional_params(func)
-    return getattr(func, "name", None) == method and bool(params) and params[0] == expr.id \
+    return bool(params) and params[0] == expr.id and not is_staticmethod(func) \
         and ctx.model.enclosing_class(func) is not None
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import codecs
 import io
+import os
 import re
+import stat
 import tokenize
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,13 +53,39 @@ def decode_source(data: bytes) -> str:
     return text
 
 
-def read_source(path: str) -> str:
+def read_regular_file(path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file and its stat, raising SourceError otherwise.
+
+    Opened without blocking and checked before reading: a FIFO named
+    ``x.py`` would block the run forever, ``/dev/zero`` would never end."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
         raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
-    return decode_source(data)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError("io", f"cannot read file: it is {_file_kind(st.st_mode)}, not a regular file")
+            return handle.read(), st
+        except OSError as exc:
+            raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def read_source(path: str) -> str:
+    return decode_source(read_regular_file(path)[0])
 
 
 def _error_position(data: bytes, offset: int) -> tuple[int, int]:

@@ -52,6 +52,11 @@ def stamp(path):
     return st.st_mtime_ns, st.st_ino, path.read_bytes()
 
 
+def user_files(project):
+    """The project's files, not hooklint's cache folder (written by every check but --diff)."""
+    return {p.name: stamp(p) for p in project.iterdir() if p.name != ".hooklint_cache"}
+
+
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "safe.py").write_text(SAFE_101)
@@ -62,7 +67,7 @@ def project(tmp_path):
 
 class TestDiff:
     def test_prints_the_safe_fix_and_changes_nothing(self, project):
-        before = {p.name: stamp(p) for p in project.iterdir()}
+        before = user_files(project)
         r = check(project, "--diff", ".")
         assert r.returncode == 1, r.stderr
         assert r.stdout == (
@@ -76,7 +81,7 @@ class TestDiff:
             "+layer.register_full_backward_hook(log)\n"
         )
         assert "Would fix 1 finding in 1 file. 1 more with `--unsafe-fixes`." in r.stderr
-        assert {p.name: stamp(p) for p in project.iterdir()} == before
+        assert user_files(project) == before
 
     def test_unsafe_fixes_join_the_diff(self, project):
         r = check(project, "--diff", "--unsafe-fixes", "--show-fixes", ".")
@@ -111,10 +116,10 @@ class TestFix:
         assert "Fixed 2 findings:" in r.stderr and "All checks passed" in r.stderr
         again = check(project, ".")
         assert again.returncode == 0 and "HKL101" not in again.stdout
-        before = {p.name: stamp(p) for p in project.iterdir()}
+        before = user_files(project)
         second = check(project, "--fix", "--unsafe-fixes", ".")
         assert second.returncode == 0
-        assert {p.name: stamp(p) for p in project.iterdir()} == before
+        assert user_files(project) == before
 
     def test_crlf_file_stays_crlf(self, tmp_path):
         path = tmp_path / "crlf.py"

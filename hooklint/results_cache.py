@@ -1,0 +1,212 @@
+"""Static results by file, in ``.hooklint_cache/static/``: a warm run parses nothing.
+
+One index file per *run key*: hooklint's version and the contents of its own
+source files (an editable install changes rules without a version bump), the
+Python version, the enabled codes, ``per-file-ignores``, the project root,
+the working folder and the prefilter setting.  In it, for each path as the
+run names it (results hold display paths, which depend on the path and the
+working folder only): the file's stat signature (size, mtime, ctime, inode),
+the SHA-256 of its bytes, when it was read, and its result (findings and
+notices).
+
+A file whose stat signature is unchanged is answered without being opened;
+one whose signature changed (a checkout, ``touch``) is read and hashed, and
+answered from the index when its bytes are the same.  A signature is trusted
+only when the file's mtime is older than the moment it was read by more than
+``RACY_NS``: a file written within the timestamp granularity of its last read
+could change without changing its signature (git's "racy" entries).
+
+Results that depend on more than the file are never stored: files with graph
+facts (those are cached by the graph layer) and results with an internal
+error.  Unreadable or undecodable files are checked again every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hooklint import __version__
+from hooklint.cachedir import prepare_cache_folder
+from hooklint.findings import NoticeLevel
+from hooklint.fsutil import atomic_write_text
+from hooklint.static.checker import FileResult
+from hooklint.static.source import read_regular_file
+
+RACY_NS = 2_000_000_000
+# Index files of other configurations kept next to the current one.
+MAX_INDEXES = 8
+INDEX_FORMAT = 2
+
+
+def signature(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Names, sizes and mtimes of hooklint's own source files."""
+    package = Path(__file__).resolve().parent
+    parts = []
+    for root, dirs, names in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                parts.append(f"{os.path.relpath(os.path.join(root, name), package)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+@dataclass
+class Record:
+    """What the cache keeps about one file besides its result."""
+
+    signature: list[int]
+    sha256: str
+    read_at: int  # time.time_ns() just before the file was read
+
+
+def read_for_cache(path: str) -> tuple[bytes, Record]:
+    """The file's bytes and its record; raises SourceError."""
+    read_at = time.time_ns()
+    data, st = read_regular_file(path)
+    return data, Record(signature(st), hashlib.sha256(data).hexdigest(), read_at)
+
+
+class StaticCache:
+    def __init__(self, folder: Path, codes: frozenset[str], *, per_file_ignores: dict[str, list[str]],
+                 root: Path, prefilter: bool):
+        self.folder = folder
+        key_data = {
+            "format": INDEX_FORMAT, "hooklint": __version__, "code": code_fingerprint(),
+            "python": list(sys.version_info[:2]), "codes": sorted(codes),
+            "per-file-ignores": sorted((k, sorted(v)) for k, v in per_file_ignores.items()),
+            "root": str(root), "cwd": os.getcwd(), "prefilter": prefilter,
+        }
+        self.key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:32]
+        self.index_path = folder / "static" / f"{self.key}.json"
+        self._entries: dict[str, list[Any]] | None = None
+        self._updates: dict[str, list[Any]] = {}
+        self.hits = 0
+        self.error: str | None = None
+
+    @property
+    def entries(self) -> dict[str, list[Any]]:
+        if self._entries is None:
+            self._entries = self._load()
+        return self._entries
+
+    def _load(self) -> dict[str, list[Any]]:
+        try:
+            with open(self.index_path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict) or data.get("key") != self.key or not isinstance(data.get("files"), dict):
+            return {}
+        return data["files"]
+
+    def lookup(self, path: str) -> tuple[FileResult | None, str | None]:
+        """``(result, None)`` when the stat signature answers; otherwise
+        ``(None, sha256)`` of the stored bytes to compare after reading (or
+        ``(None, None)`` when nothing usable is stored)."""
+        entry = self.entries.get(path)
+        if not _well_formed(entry):
+            return None, None
+        sig, sha, read_at, result = entry
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None, None
+        if signature(st) == sig and st.st_mtime_ns < read_at - RACY_NS:
+            found = _result(result)
+            if found is None:
+                return None, None
+            self.hits += 1
+            return found, None
+        return None, sha
+
+    def reuse(self, path: str, record: Record) -> FileResult | None:
+        """The stored result for bytes that hash as before, under a new signature."""
+        entry = self.entries.get(path)
+        if not _well_formed(entry) or entry[1] != record.sha256:
+            return None
+        found = _result(entry[3])
+        if found is None:
+            return None
+        self.store(path, record, found)
+        self.hits += 1
+        return found
+
+    def store(self, path: str, record: Record, result: FileResult) -> None:
+        if any(n.level is NoticeLevel.ERROR for n in result.notices):
+            return
+        # most files have no finding: [display path, parsed] is enough for them
+        stored = result.to_dict() if result.findings or result.notices else [result.path, result.parsed]
+        self._updates[path] = [record.signature, record.sha256, record.read_at, stored]
+
+    def save(self) -> None:
+        """Merge this run's results into the index on disk (atomically)."""
+        if not self._updates:
+            return
+        merged = dict(self._load())  # another run may have written meanwhile
+        merged.update(self._updates)
+        # entries of files that were deleted since
+        for path in [p for p in merged if p not in self._updates and not os.path.exists(p)]:
+            del merged[path]
+        try:
+            prepare_cache_folder(self.folder)
+            atomic_write_text(self.index_path, json.dumps({"key": self.key, "files": merged},
+                                                          ensure_ascii=False, separators=(",", ":")))
+            self._prune_other_indexes()
+        except OSError as exc:
+            self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"
+        self._entries = merged
+        self._updates = {}
+
+    def _prune_other_indexes(self) -> None:
+        folder = self.index_path.parent
+        others = []
+        for path in folder.glob("*.json"):
+            if path != self.index_path:
+                try:
+                    others.append((path.stat().st_mtime_ns, path))
+                except OSError:
+                    continue
+        others.sort(reverse=True)
+        for _mtime, path in others[MAX_INDEXES - 1:]:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
+def _well_formed(entry: Any) -> bool:
+    return (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], list)
+            and isinstance(entry[1], str) and isinstance(entry[2], int) and isinstance(entry[3], (dict, list)))
+
+
+def _result(stored: dict | list) -> FileResult | None:
+    if isinstance(stored, list):
+        if len(stored) == 2 and isinstance(stored[0], str) and isinstance(stored[1], bool):
+            return FileResult(stored[0], parsed=stored[1])
+        return None
+    try:
+        return FileResult.from_dict(stored)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
+    folder = Path(config.cache_dir)
+    if not folder.is_absolute():
+        folder = config.root / folder
+    return StaticCache(folder, codes, per_file_ignores=config.per_file_ignores, root=config.root,
+                       prefilter=prefilter)
