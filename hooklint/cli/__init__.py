@@ -22,7 +22,15 @@ from hooklint import __version__
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
-_SUBCOMMANDS = ("check", "rule", "graph", "run", "report")
+# name -> one-line help.  Only the subcommand being run is imported (its module
+# pulls in its layer); the others are listed for --help from here.
+SUBCOMMANDS = {
+    "check": "Check files or folders for hook bugs.",
+    "rule": "Explain a rule (or list them all).",
+    "graph": "Show, per module of each model, the op its hooks bind to (needs torch).",
+    "run": "Run a script under instrumentation and report the hook problems it had.",
+    "report": "Write an HTML report of the findings.",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,11 +38,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"hooklint: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, only the subcommand it names is built in full."""
     parser = _Parser(prog="hooklint", description="Find PyTorch hook bugs before they cost a training run.")
     parser.add_argument("--version", action="version", version=f"hooklint {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in _SUBCOMMANDS:
+    chosen = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for name, help_text in SUBCOMMANDS.items():
+        if chosen in SUBCOMMANDS and name != chosen:
+            sub.add_parser(name, help=help_text)
+            continue
         try:
             module = importlib.import_module(f"hooklint.cli.{name}")
         except ModuleNotFoundError as exc:
@@ -51,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stream.reconfigure(errors="replace")  # type: ignore[attr-defined]
         except (AttributeError, ValueError):
             pass
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_ERROR

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
 from hooklint.cli.options import (
     add_file_options,
     add_output_options,
@@ -20,7 +20,7 @@ from hooklint.findings import NoticeLevel, Report
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "check",
-        help="Check files or folders for hook bugs.",
+        help=SUBCOMMANDS["check"],
         description="Check Python files for PyTorch hook bugs. Without --static-only, nn.Module classes in "
         "the files are also imported (in a subprocess, with a timeout) and traced with torch.fx when torch "
         "is installed.",

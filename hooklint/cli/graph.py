@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
 
 
 def add_parser(sub) -> None:
@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser(
         "graph",
-        help="Show, per module of each model, the op its hooks bind to (needs torch).",
+        help=SUBCOMMANDS["graph"],
         description="Import the nn.Module classes of the given files (definitions only, in a subprocess with a "
         "timeout), build them, trace them with torch.fx, and print per module: its number of autograd ops, the "
         "op a legacy backward hook binds to, whether that hook's grad_input starts with the module's input "

@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any
 
-from hooklint.cli import check as check_cli
+from hooklint.cli import SUBCOMMANDS, check as check_cli
 from hooklint.cli.options import add_file_options, add_selection_options, write_output
 from hooklint.engine import CheckOptions, display_path, run_check
 from hooklint.findings import Finding, Report
@@ -26,7 +26,7 @@ MAX_PICTURES_PER_FINDING = 2
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "report",
-        help="Write an HTML report of the findings.",
+        help=SUBCOMMANDS["report"],
         description="Check files like `hooklint check` and write one self-contained HTML page (no network, "
         "no external assets): a summary by rule and file, every finding with its code, explanation and fix, "
         "and, where the graph layer ran, the hooked module's forward ops.",

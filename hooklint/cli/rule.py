@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 
-from hooklint.cli import EXIT_OK
+from hooklint.cli import EXIT_OK, SUBCOMMANDS
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("rule", help="Explain a rule (or list them all).",
+    p = sub.add_parser(
+        "rule",
+        help=SUBCOMMANDS["rule"],
                        description="Print a rule's documentation: what it does, why it matters, an example, "
                        "the fix, and references.")
     p.add_argument("rule", nargs="?", metavar="CODE", help="A rule code (HKL101) or name (legacy-backward-hook).")

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
 from hooklint.cli.options import add_output_options, add_selection_options, config_from_args, write_output
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
-        help="Run a script under instrumentation and report the hook problems it had.",
+        help=SUBCOMMANDS["run"],
         description="Run SCRIPT (or `-m MODULE`) as __main__, like `python`, observing every hook it "
         "registers and every backward it runs, then report what went wrong with the same codes as "
         "`hooklint check`. The script's output and exit status are kept; findings follow its output on "
