@@ -9,11 +9,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from hooklint.rules import UnknownRuleError, all_rules, default_codes, expand_selectors
 
 DEFAULT_EXCLUDES = (
@@ -175,6 +170,10 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
 
 
 def load_toml(path: Path) -> dict[str, Any]:
+    try:  # Python 3.11+; imported here, as most runs read no configuration
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
     try:
         with open(path, "rb") as handle:
             return tomllib.load(handle)

@@ -14,6 +14,14 @@ display-only fixes are never applied.
 
 from __future__ import annotations
 
-from hooklint.fix.apply import FixOutcome, RejectedFix, apply_round, fix_text
-
 __all__ = ["FixOutcome", "RejectedFix", "apply_round", "fix_text"]
+
+
+def __getattr__(name: str):
+    # `hooklint check` imports hooklint.fix.cli_options on every run; the fix
+    # engine itself loads only when something is fixed.
+    if name in __all__:
+        from hooklint.fix import apply
+
+        return getattr(apply, name)
+    raise AttributeError(f"module 'hooklint.fix' has no attribute {name!r}")

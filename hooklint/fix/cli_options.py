@@ -17,11 +17,14 @@ import functools
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hooklint.engine import CheckOptions, discover, display_path, rel_to_root, run_check
 from hooklint.findings import Applicability, Finding, Notice, NoticeLevel, Report
-from hooklint.fix.files import FileFix, fix_files, unified_diff
 from hooklint.static.checker import check_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.fix.files import FileFix
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
 
 def post_check(settings: FixSettings, report: Report, options: CheckOptions, args: argparse.Namespace):
     files = {display_path(path): path for path in discover(options)}
+    from hooklint.fix.files import fix_files  # only when fixing: keeps `check` start-up light
+
     results = fix_files(
         report.findings,
         allowed=settings.allowed,
@@ -103,6 +108,8 @@ def _print_diff(settings: FixSettings, report: Report, results: list[FileFix], n
     from hooklint.report.text import render_notices, use_color
 
     changed = [r for r in results if r.changed]
+    from hooklint.fix.files import unified_diff
+
     sys.stdout.write("".join(unified_diff(r.path, r.outcome.original, r.outcome.text) for r in changed))
     sys.stdout.flush()
     all_notices = report.notices + notices

@@ -13,7 +13,6 @@ analysis facts into :class:`~hooklint.findings.Finding` values and that is all.
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Iterator
@@ -143,6 +142,8 @@ class Rule:
     @classmethod
     def doc_sections(cls) -> dict[str, str]:
         """The docstring split under its ``## Heading`` lines, in source order."""
+        import inspect  # only for docs: keep it off the checking path's imports
+
         text = inspect.cleandoc(cls.__doc__ or "")
         sections: dict[str, str] = {}
         matches = list(_SECTION_RE.finditer(text))

@@ -10,17 +10,18 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 from hooklint.findings import Finding, Location, Origin, Related, Severity
-from hooklint.graph.facts import ModelFacts, ModuleFacts, Op
-from hooklint.graph.link import modules_for
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.forward import inplace_modules
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.semantic import ClassInfo
 from hooklint.static.values import ModuleValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.graph.facts import ModelFacts, ModuleFacts, Op
 
 RUNTIME_ERROR = "Output 0 of BackwardHookFunction is a view and is being modified inplace"
 
@@ -193,6 +194,8 @@ class FullHookInplace(Rule):
         for reg in ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
             if reg.is_global or reg.receiver is None:
                 continue
+            from hooklint.graph.link import modules_for  # on first use: most runs never get here
+
             pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls]
             if pairs:
                 finding = self._from_graph(ctx, reg, pairs)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related, Severity
-from hooklint.graph.facts import ModelFacts, ModuleFacts, format_shape
-from hooklint.graph.link import modules_for
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
 from hooklint.static.forward import ForwardAnalysis, is_legacy_safe_builtin
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.values import ModuleValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.graph.facts import ModelFacts, ModuleFacts
 
 LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook")
 
@@ -290,6 +291,8 @@ class LegacyHookGradInput(Rule):
                 continue
             first = uses[0]
             what = _use_kind(first)
+            from hooklint.graph.link import modules_for  # on first use: most runs never get here
+
             pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls and m.bound is not None]
             unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
             if pairs and not unsafe:
@@ -351,6 +354,8 @@ def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, mod
         head += ", an op before the module (its forward returns its input as is)"
     shapes = ""
     if bound.grad_input is not None and model.inputs:
+        from hooklint.graph.facts import format_shape
+
         shapes = (f" (of shapes ({', '.join(format_shape(s) for s in bound.grad_input)}) for an input "
                   f"{', '.join(str(i) for i in model.inputs)})")
     body = f": `{gi}` holds that op's input gradients{shapes}, not the gradient of {module.class_name}'s input"
