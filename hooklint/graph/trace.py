@@ -126,23 +126,29 @@ class _FxCall:
     leaf: bool = False
 
 
-def _nodes_in(value: Any) -> list[fx.Node]:
-    out: list[fx.Node] = []
+def _leaves(value: Any, pick: Callable[[Any], Any]) -> list[Any]:
+    """What ``pick`` returns (when not None) for the leaves of nested
+    tuples, lists and dict values, in order."""
+    out: list[Any] = []
 
     def visit(v: Any) -> None:
-        if isinstance(v, fx.Proxy):
-            out.append(v.node)
-        elif isinstance(v, fx.Node):
-            out.append(v)
-        elif isinstance(v, (tuple, list)):
+        if isinstance(v, (tuple, list)):
             for x in v:
                 visit(x)
         elif isinstance(v, dict):
             for x in v.values():
                 visit(x)
+        else:
+            picked = pick(v)
+            if picked is not None:
+                out.append(picked)
 
     visit(value)
     return out
+
+
+def _nodes_in(value: Any) -> list[fx.Node]:
+    return _leaves(value, lambda v: v.node if isinstance(v, fx.Proxy) else v if isinstance(v, fx.Node) else None)
 
 
 def _to_nodes(value: Any) -> Any:
@@ -315,20 +321,7 @@ def watermark() -> int:
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-
-    def visit(v: Any) -> None:
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (tuple, list)):
-            for x in v:
-                visit(x)
-        elif isinstance(v, dict):
-            for x in v.values():
-                visit(x)
-
-    visit(value)
-    return out
+    return _leaves(value, lambda v: v if isinstance(v, torch.Tensor) else None)
 
 
 def _first_of(structure: Any, kind: type) -> Any:
