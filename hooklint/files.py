@@ -181,7 +181,13 @@ class Walker:
         return self._excluded_rel(self.rel(path), path.name, is_dir)
 
     def _excluded_rel(self, rel: str, name: str, is_dir: bool) -> bool:
-        return self._exclude_set.match(rel, is_dir) or bool(name and self._exclude_set.match(name, is_dir))
+        if self._exclude_set.match(rel, is_dir):
+            return True
+        # The name alone only when `rel` does not end in it (a resolved symlink,
+        # a path outside the root): otherwise unanchored patterns have seen it,
+        # and anchored ones (`/setup.py`) must not match it at any depth.
+        return bool(name) and rel != name and not rel.endswith("/" + name) \
+            and self._exclude_set.match(name, is_dir)
 
     def _child_rel(self, folder_rel: str, entry: os.DirEntry) -> str:
         """``rel`` of a folder entry without resolving it: resolving a name that

@@ -75,3 +75,11 @@ def test_symlink_loop_does_not_hang(tmp_path):
 
 def test_gitignore_object_without_rules():
     assert not GitIgnore().ignores("x.py", False)
+
+
+def test_anchored_exclude_matches_at_the_root_only(tmp_path):
+    for name in ("setup.py", "pkg/setup.py", "pkg/mod.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    files = Walker(tmp_path, ["/setup.py"]).files([str(tmp_path)])
+    assert sorted(f[len(str(tmp_path)) + 1:] for f in files) == ["pkg/mod.py", "pkg/setup.py"]
