@@ -6,6 +6,7 @@ return-value checks torch makes only when backward runs.
 
 from __future__ import annotations
 
+import runpy
 import types
 import warnings
 
@@ -495,32 +496,13 @@ def test_single_in_out_table(name):
 # ---------------------------------------------------------------- HKL404
 
 
-class GradReverse(nn.Module):
-    def forward(self, x):
-        x.register_hook(lambda g: -g)
-        return x
-
-
-class GradReverseView(nn.Module):
-    def forward(self, x):
-        y = x.view_as(x)
-        y.register_hook(lambda g: -g)
-        return y
-
-
-class _Reverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return -grad
-
-
-class GradReverseFunction(nn.Module):
-    def forward(self, x):
-        return _Reverse.apply(x)
+# The fixture's own classes: the torch behaviour is shown on the very code the
+# rule flags (GradReverse) and the code it accepts (the view and Function twins).
+_HKL404 = runpy.run_path(str(FIXTURES / "rules" / "hkl404_hook_on_shared_input.py"))
+GradReverse = _HKL404["GradReverse"]
+GradReverseView = _HKL404["GradReverseView"]
+GradReverseClone = _HKL404["GradReverseClone"]
+GradReverseFunction = _HKL404["GradReverseFunction"]
 
 
 def _two_branches(reverse):
@@ -537,7 +519,7 @@ def test_hook_on_the_input_flips_the_other_branch_too():
     assert torch.equal(_two_branches(GradReverse()), torch.full((3,), -8.0))
 
 
-@pytest.mark.parametrize("fixed", [GradReverseView, GradReverseFunction])
+@pytest.mark.parametrize("fixed", [GradReverseView, GradReverseClone, GradReverseFunction])
 def test_hooking_a_new_tensor_flips_only_its_own_path(fixed):
     assert torch.equal(_two_branches(fixed()), torch.full((3,), 4.0))
 
