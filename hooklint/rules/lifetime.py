@@ -13,18 +13,16 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
+from hooklint.static.callgraph import EMPTY, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
-    LoopNode,
-    attributes_stored_in,
     block_of,
     access_path,
     calls_in,
     constant_range_length,
     contains,
-    enclosing_comprehension,
     enclosing_loops,
     executed_nodes,
     function_of,
@@ -43,7 +41,7 @@ from hooklint.static.semantic import (
     is_staticmethod,
     positional_params,
 )
-from hooklint.static.values import CallableValue, ModuleValue, TensorValue, src
+from hooklint.static.values import ModuleValue, TensorValue, src
 
 _TENSOR_KINDS = (HookKind.TENSOR, HookKind.POST_ACCUMULATE)
 _MODULE_BACKWARD_KINDS = (HookKind.BACKWARD_LEGACY, HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE)
@@ -813,15 +811,6 @@ def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:
 
 # --------------------------------------------------------------------- HKL304
 
-# Methods that torch or Lightning call once per step on the same module.
-_PER_STEP_METHODS = frozenset({"forward", "training_step", "validation_step", "test_step", "predict_step"})
-# Calls that return the same objects each time they are made on the same module.
-_STABLE_ACCESSORS = frozenset({
-    "modules", "children", "named_modules", "named_children", "parameters", "named_parameters", "buffers",
-    "named_buffers", "get_submodule", "get_parameter", "get_buffer",
-})
-
-
 class HookLeak(Rule):
     """
     ## What it does
@@ -1026,8 +1015,8 @@ _LIST_METHODS_THAT_DROP = frozenset({"append", "clear"})
 class _LeakAnalysis:
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
-        self._repeat_reasons: dict[ast.AST, str | None] = {}
-        self._set_outside_init: set[str] | None = None
+        self.dependence = ctx.summarizer.dependence
+        self.guards = ctx.summarizer.guards
         self._loads: tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]] | None = None
         self._self_classes: dict[int, ClassInfo | None] = {}
 
@@ -1046,30 +1035,56 @@ class _LeakAnalysis:
 
     # ---------------------------------------------------------------- entry
     def check(self, rule: Rule, reg: Registration) -> Finding | None:
-        units: list[ast.AST] = list(enclosing_loops(reg.call))
-        func = function_of(reg.call)
-        if isinstance(func, FunctionNode):
-            units.append(func)
-        for unit in units:
-            if isinstance(unit, LoopNode):
-                repeat = f"on every iteration of the loop at line {unit.lineno}"
-                times = constant_range_length(unit.iter) if isinstance(unit, (ast.For, ast.AsyncFor)) else None
-            else:
-                reason = self.repeat_reason(unit)
-                if reason is None:
-                    continue
-                repeat = f"each time `{unit.name}` runs ({reason})"  # type: ignore[attr-defined]
-                times = None
-            if not self._same_target_each_time(reg, unit) or self._guarded(reg.call, unit) \
-                    or (isinstance(unit, LoopNode) and self._leaves_loop_after(reg.call, unit)):
+        for loop in enclosing_loops(reg.call):
+            if self._needed(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
+                    or leaves_loop_after(reg.call, loop):
                 continue
-            fate = self._handle_fate(reg, unit)
+            fate = self._handle_fate(reg, loop)
             if fate is None:
                 return None
-            return self._finding(rule, reg, repeat, times, fate)
-        return None
+            times = constant_range_length(loop.iter) if isinstance(loop, (ast.For, ast.AsyncFor)) else None
+            return self._finding(rule, reg, f"on every iteration of the loop at line {loop.lineno}", times, fate)
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode):
+            return None
+        needed = self._needed(reg, func)
+        if needed is None or self.guards.guarded(reg.call, func):
+            return None
+        fate = self._handle_fate(reg, func)
+        if fate is None:
+            return None
+        repeat = self._repeat(func, needed)
+        if repeat is None:
+            return None
+        text, proven, related = repeat
+        finding = self._finding(rule, reg, f"each time `{func.name}` runs ({text})", None, fate, related)
+        if not proven:
+            finding = finding.with_changes(severity=Severity.WARNING)
+        return finding
 
-    def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str) -> Finding:
+    def _needed(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
+        """The parameters of ``unit`` that must be the same for the registration
+        to hook the same target with the same hook again (None: it hooks a new
+        object each time, or copies different hooks: not a leak)."""
+        if reg.hook_expr is None:
+            return None
+        hook = self.dependence.behaviour(reg.hook_expr, unit)
+        if hook is None:
+            return None
+        if reg.receiver is None:
+            return hook  # a global hook: one target, every module
+        target = self.dependence.of(reg.receiver, unit)
+        if target is None:
+            return None
+        if reg.kind.is_tensor:
+            # only tensors known to outlive the loop or call: parameters and leaves
+            value = self.ctx.inference.infer(reg.receiver)
+            if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)):
+                return None
+        return target | hook
+
+    def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str,
+                 related: Iterable[Related] = ()) -> Finding:
         event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
         stacks = (f"after {times} iterations it is registered {times} times and runs {times} times per {event} pass"
                   if times and times > 1 else f"after N registrations it runs N times per {event} pass")
@@ -1078,217 +1093,45 @@ class _LeakAnalysis:
         return rule.finding(
             self.ctx, reg.name_node, message, name_only=True,
             help="Register the hook once (before the loop, or in `__init__`), or keep the handle and call "
-                 "`handle.remove()` before registering it again.",
+                 "`handle.remove()` before registering it again (a `with` block or `try`/`finally` does it).",
+            related=related,
         )
 
     # ----------------------------------------------------- repeated functions
-    def repeat_reason(self, func: ast.AST, depth: int = 0) -> str | None:
-        if func in self._repeat_reasons:
-            return self._repeat_reasons[func]
-        self._repeat_reasons[func] = None  # recursion guard
-        reason = self._compute_repeat_reason(func, depth)
-        self._repeat_reasons[func] = reason
-        return reason
-
-    def _compute_repeat_reason(self, func: ast.AST, depth: int) -> str | None:
+    def _repeat(self, func: ast.AST, needed: frozenset[str]) -> tuple[str, bool, list[Related]] | None:
+        """Why ``func`` runs again with the same ``needed`` arguments: (words,
+        proven, related locations); proven is False for a public method that
+        nothing shown calls twice."""
         ctx = self.ctx
-        name = getattr(func, "name", "")
-        cls = ctx.model.enclosing_class(func)
-        if name in _PER_STEP_METHODS and cls is not None and func in cls.methods.values() \
-                and ctx.model.is_module_class(cls):
-            return f"`{cls.name}.{name}` runs on every step"
-        sites = self.call_sites(func)
-        for site in sites:
-            # `for m in models: Probe(m).attach()` calls it once per object
-            receiver = site.func.value if isinstance(site.func, ast.Attribute) else None
-            loops = [loop for loop in enclosing_loops(site)
-                     if receiver is None or self._invariant(receiver, loop, 0)]
-            if loops:
-                return f"called in the loop at line {loops[0].lineno}"
-            comprehension = enclosing_comprehension(site)
-            if comprehension is not None and (receiver is None or self._invariant(receiver, comprehension, 0)):
-                return f"called for each element of the comprehension at line {comprehension.lineno}"
-        same_object: dict[object, list[ast.Call]] = {}
-        for site in sites:
-            same_object.setdefault(self._instance_key(site), []).append(site)
-        repeated = max(same_object.values(), key=len, default=[])
-        if len(repeated) >= 2:
-            lines = ", ".join(str(s.lineno) for s in repeated[:4])
-            return f"called {len(repeated)} times in this file, lines {lines}"
-        if depth < 4:
-            for site in sites:
-                caller = function_of(site)
-                if isinstance(caller, FunctionNode):
-                    outer = self.repeat_reason(caller, depth + 1)
-                    if outer is not None:
-                        return f"called from `{caller.name}`, {outer}"
-        return None
+        model = ctx.model
+        cls = model.enclosing_class(func)
+        params = positional_params(func)
+        self_name = params[0] if params and cls is not None and func in cls.methods.values() \
+            and not is_staticmethod(func) and not is_classmethod(func) else None
+        if is_step_method(model, func) and needed <= {self_name}:
+            return f"`{cls.name}.{func.name}` runs on every step", True, []  # type: ignore[union-attr]
+        qual = ctx.qualname(func)
+        if qual is None:
+            return None
+        reason = ctx.project.first_reason(qual, needed)
+        if reason is not None:
+            related = [] if reason.path == ctx.display_path else \
+                [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
+            return reason.describe(ctx.display_path), True, related
+        name = func.name  # type: ignore[attr-defined]
+        if self_name is None or needed - {self_name} or func.name.startswith("_") and name != "__call__":
+            return None
+        if self._setup_only(qual, cls):  # type: ignore[arg-type]
+            return None
+        what = "`__call__`" if name == "__call__" else "a public method"
+        return (f"{what} of `{cls.name}`: every call registers another hook on the same object; nothing in the "  # type: ignore[union-attr]
+                f"checked files shows a second call, so this is reported as a warning", False, [])
 
-    def _instance_key(self, site: ast.Call) -> object:
-        """Call sites with equal keys call the method on the same object."""
-        if not isinstance(site.func, ast.Attribute):
-            return None  # a plain function
-        return _object_key(self.ctx, site.func.value)
-
-    def call_sites(self, func: ast.AST) -> list[ast.Call]:
-        model = self.ctx.model
-        name = getattr(func, "name", None)
-        if name is None:
-            return []
-        out = []
-        for call in model.name_calls.get(name, ()):
-            if any(b.node is func for b in model.bindings_at(call.func)):  # type: ignore[arg-type]
-                out.append(call)
-        for call in model.method_calls.get(name, ()):
-            target = self.ctx.inference.infer(call.func)
-            if isinstance(target, CallableValue) and target.node is func:
-                out.append(call)
-        out.sort(key=lambda c: (c.lineno, c.col_offset))
-        return out
-
-    # ------------------------------------------------------- same target
-    def _same_target_each_time(self, reg: Registration, unit: ast.AST) -> bool:
-        """The same hook on the same object each time (copying a list of
-        different hook functions onto a module is not a leak)."""
-        if reg.hook_expr is None or not self._same_hook(reg.hook_expr, unit):
-            return False
-        if reg.receiver is None:
-            return True  # a global hook: one target, every module
-        if not self._invariant(reg.receiver, unit, 0):
-            return False
-        if reg.kind.is_tensor:
-            # only tensors known to outlive the loop or call: parameters and leaves
-            value = self.ctx.inference.infer(reg.receiver)
-            return isinstance(value, TensorValue) and (value.parameter or value.leaf is True)
-        return True
-
-    def _same_hook(self, expr: ast.AST, unit: ast.AST) -> bool:
-        """Does ``expr`` make a hook that behaves the same each time: the same
-        function, a lambda or a factory call that uses nothing rebound in ``unit``."""
-        if isinstance(expr, ast.Lambda):
-            params = {a.arg for a in expr.args.posonlyargs + expr.args.args + expr.args.kwonlyargs}
-            defaults = list(expr.args.defaults) + [d for d in expr.args.kw_defaults if d is not None]
-            return all(self._same_hook(d, unit) for d in defaults) and \
-                all(self._invariant(node, unit, 0) for node in executed_nodes(expr.body)
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in params)
-        if isinstance(expr, ast.Call):
-            return self._same_hook(expr.func, unit) and \
-                all(self._same_hook(a, unit) for a in list(expr.args) + [k.value for k in expr.keywords])
-        return self._invariant(expr, unit, 0)
-
-    def _invariant(self, expr: ast.AST, unit: ast.AST, depth: int) -> bool:
-        """Does ``expr`` name the same object each time ``unit`` (re)runs?"""
-        if depth > 8:
-            return False
-        if isinstance(expr, ast.Constant):
-            return True
-        if isinstance(expr, ast.Name):
-            return self._invariant_name(expr, unit, depth)
-        if isinstance(expr, ast.Attribute):
-            if expr.attr in attributes_stored_in(unit):
-                return False  # reassigned in the loop / the function: a new object each time
-            return self._invariant(expr.value, unit, depth + 1)
-        if isinstance(expr, ast.Subscript):
-            return self._invariant(expr.value, unit, depth + 1) and self._invariant(expr.slice, unit, depth + 1)
-        if isinstance(expr, (ast.Tuple, ast.List)):
-            return all(self._invariant(e, unit, depth + 1) for e in expr.elts)
-        if isinstance(expr, ast.Call):
-            func = expr.func
-            args = list(expr.args) + [k.value for k in expr.keywords]
-            if isinstance(func, ast.Attribute) and func.attr in _STABLE_ACCESSORS:
-                return self._invariant(func.value, unit, depth + 1) and \
-                    all(self._invariant(a, unit, depth + 1) for a in args)
-            if isinstance(func, ast.Name) and func.id in ("getattr", "enumerate") and \
-                    self.ctx.model.qualify(func) == f"builtins.{func.id}":
-                return all(self._invariant(a, unit, depth + 1) for a in args)
-        return False
-
-    def _invariant_name(self, name: ast.Name, unit: ast.AST, depth: int) -> bool:
-        model = self.ctx.model
-        scope = model.scope_of(name)
-        found = model.lookup(name.id, scope)
-        inside = [b for b in found if contains(unit, b.node) or (b.kind == "param" and b.scope.node is unit)]
-        if not inside:
-            return True  # bound before the loop, or outside the function
-        for b in inside:
-            if b.kind == "param":
-                func = b.scope.node
-                params = func.args.posonlyargs + func.args.args  # type: ignore[attr-defined]
-                is_self = bool(params) and params[0] is b.value and model.enclosing_class(func) is not None \
-                    and not is_staticmethod(func) and not is_classmethod(func)
-                if not is_self:
-                    return False
-            elif b.kind == "assign" and not b.path:
-                if not self._invariant(b.value, unit, depth + 1):  # type: ignore[arg-type]
-                    return False
-            elif b.kind == "for":
-                if b.node is unit or not self._invariant(b.value, unit, depth + 1):  # type: ignore[arg-type]
-                    return False
-            else:
-                return False
-        return True
-
-    # ------------------------------------------------------------- guards
-    def _guarded(self, call: ast.Call, unit: ast.AST) -> bool:
-        """Is the registration under a condition that may let it run only once?"""
-        guard_names = names_stored_in(unit) - self._inner_loop_targets(unit)
-        if isinstance(unit, (ast.For, ast.AsyncFor)):
-            guard_names |= names_stored_in(unit.target)
-        guard_attrs = attributes_stored_in(unit) | self._attributes_set_outside_init()
-
-        def guard_like(test: ast.AST) -> bool:
-            for node in executed_nodes(test):
-                if isinstance(node, ast.Name) and node.id in guard_names:
-                    return True
-                if isinstance(node, ast.Attribute) and node.attr in guard_attrs:
-                    return True
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                        node.func.id in ("hasattr", "getattr"):
-                    return True
-            return False
-
-        child: ast.AST = call
-        cur = getattr(call, "_hl_parent", None)
-        while cur is not None and cur is not unit:
-            if isinstance(cur, (ast.If, ast.While, ast.IfExp)) and child is not cur.test and guard_like(cur.test):
-                return True
-            if isinstance(cur, ast.stmt):
-                pos = block_of(cur)
-                if pos is not None:
-                    for earlier in pos[0][:pos[1]]:
-                        if isinstance(earlier, ast.If) and _exits(earlier) and guard_like(earlier.test):
-                            return True
-            child, cur = cur, getattr(cur, "_hl_parent", None)
-        return False
-
-    @staticmethod
-    def _inner_loop_targets(unit: ast.AST) -> set[str]:
-        out: set[str] = set()
-        for node in executed_nodes(unit):
-            if node is not unit and isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                out |= names_stored_in(node.target)
-        return out
-
-    def _attributes_set_outside_init(self) -> set[str]:
-        if self._set_outside_init is None:
-            self._set_outside_init = set()
-            for func in self.ctx.model.functions:
-                if getattr(func, "name", "") != "__init__":
-                    self._set_outside_init |= {n.attr for n in executed_nodes(func) if isinstance(n, ast.Attribute)
-                                               and isinstance(n.ctx, ast.Store)}
-        return self._set_outside_init
-
-    @staticmethod
-    def _leaves_loop_after(call: ast.Call, loop: ast.AST) -> bool:
-        """A ``break``/``return``/``raise`` right after the registration: it runs once."""
-        cur: ast.AST | None = statement_of(call)
-        while cur is not None and cur is not loop:
-            if isinstance(cur, ast.stmt):
-                for later in later_statements(cur):
-                    if isinstance(later, (ast.Break, ast.Return, ast.Raise)):
-                        return True
-            cur = getattr(cur, "_hl_parent", None)
-        return False
+    def _setup_only(self, qual: str, cls: ClassInfo) -> bool:
+        """Is the method called in this file, and only from the class's constructor?"""
+        callers = self.ctx.project.local_callers(qual)
+        init = self.ctx.qualname(cls.node)
+        return bool(callers) and all(c in (f"{init}.__init__", f"{init}.__post_init__") for c in callers)
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:
@@ -1416,7 +1259,3 @@ def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:
         return out
 
     return id(b) in bases(a) or id(a) in bases(b)
-
-
-def _exits(stmt: ast.If) -> bool:
-    return any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise)) for n in executed_nodes(stmt))

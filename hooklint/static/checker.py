@@ -36,6 +36,11 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     parsed: bool = False  # False when the text prefilter showed no rule can fire
+    # For the project pass (hooklint.parallel), not part of the stored result:
+    # the file's call-graph summary, and the questions its rules asked about
+    # other files with the answers they got (hooklint.static.project).
+    summary: dict[str, Any] | None = None
+    asked: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +134,8 @@ def check_text(
     ignored: frozenset[str] = frozenset(),
     graph: Any = None,
     prefilter: bool = True,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
     display = display_path or path
     result = FileResult(display)
@@ -158,9 +165,13 @@ def check_text(
             result.findings.append(_syntax_finding(display, f"cannot parse: {exc}", 1, 1))
         return result
     result.parsed = True
-    ctx = FileContext(path, text, tree, display_path=display, graph=graph)
+    ctx = FileContext(path, text, tree, display_path=display, graph=graph, project_answers=project_answers)
     try:
         findings = _run_rules(ctx, active, result)
+        if summarize:
+            result.summary = _summary_of(ctx, result)
+        if "project" in ctx.__dict__:
+            result.asked = ctx.project.asked
     finally:
         ctx.close()
     result.findings = apply_noqa(text, findings)
@@ -185,6 +196,19 @@ def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> 
     return findings
 
 
+def _summary_of(ctx: FileContext, result: FileResult) -> dict[str, Any] | None:
+    try:
+        return ctx.summary
+    except RecursionError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the file's findings stand without it
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise
+        result.notices.append(Notice(ctx.display_path, f"internal error in the call-graph summary "
+                                     f"({type(exc).__name__}: {exc}); please report it", NoticeLevel.ERROR))
+        return None
+
+
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:
     if not findings:
         return findings
@@ -200,6 +224,8 @@ def check_file(
     ignored: frozenset[str] = frozenset(),
     graph: Any = None,
     prefilter: bool = True,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
     display = display_path or path
     try:
@@ -214,4 +240,5 @@ def check_file(
             result.findings.append(rule.make(path=display, location=Location(err.row, err.column),
                                              message=err.message))
         return result
-    return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter)
+    return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
+                      project_answers=project_answers, summarize=summarize)
