@@ -1057,7 +1057,9 @@ class _LeakAnalysis:
         if repeat is None:
             return None
         text, proven, related = repeat
-        finding = self._finding(rule, reg, f"each time `{func.name}` runs ({text})", None, fate, related)
+        cls = self.ctx.model.enclosing_class(func)
+        name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+        finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
         if not proven:
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
@@ -1109,7 +1111,7 @@ class _LeakAnalysis:
         self_name = params[0] if params and cls is not None and func in cls.methods.values() \
             and not is_staticmethod(func) and not is_classmethod(func) else None
         if is_step_method(model, func) and needed <= {self_name}:
-            return f"`{cls.name}.{func.name}` runs on every step", True, []  # type: ignore[union-attr]
+            return f"torch calls `{cls.name}.{func.name}` on every step", True, []  # type: ignore[union-attr]
         qual = ctx.qualname(func)
         if qual is None:
             return None

@@ -31,46 +31,64 @@ _KIND_RANK = {"loop": 0, "comprehension": 0, "step": 1, "repeat": 2}
 @dataclass(frozen=True)
 class Reason:
     """Why a function runs again: ``kind`` ("loop", "comprehension", "step",
-    "repeat") at the call site ``path:line``; ``lines`` the loop's line (or
-    the lines of the repeated calls); ``via`` the chain of callers from the
-    function asked about outwards, as (qualified name, path, line of the call)."""
+    "repeat") at the call site ``path:line``, which calls ``call``; ``lines``
+    the loop's line (or the lines of the repeated calls); ``via`` the chain of
+    callers from the function asked about outwards, as (qualified name, path,
+    line of the call)."""
 
     kind: str
     path: str
     line: int
     lines: tuple[int, ...] = ()
     via: tuple[tuple[str, str, int], ...] = ()
+    call: str = ""
 
     def to_list(self) -> list[Any]:
-        return [self.kind, self.path, self.line, list(self.lines), [list(v) for v in self.via]]
+        return [self.kind, self.path, self.line, list(self.lines), [list(v) for v in self.via], self.call]
 
     @classmethod
     def from_list(cls, data: list[Any]) -> "Reason":
-        kind, path, line, lines, via = data
-        return cls(kind, path, line, tuple(lines), tuple((q, p, n) for q, p, n in via))
+        kind, path, line, lines, via, call = data
+        return cls(kind, path, line, tuple(lines), tuple((q, p, n) for q, p, n in via), call)
 
     def describe(self, here: str) -> str:
         """In words, with paths relative to the file ``here`` (same file: "line N")."""
         def at(path: str, line: int) -> str:
             return f"line {line}" if path == here else f"{path}:{line}"
 
+        call = f"`{self.call}`" if self.call else "the call"
         if self.kind == "loop":
-            text = f"called in the loop at {at(self.path, self.lines[0] if self.lines else self.line)}"
+            text = f"{call} at {at(self.path, self.line)} runs on every iteration of the loop at line " \
+                   f"{self.lines[0] if self.lines else self.line}"
         elif self.kind == "comprehension":
-            text = f"called for each element of the comprehension at {at(self.path, self.line)}"
+            text = f"{call} at {at(self.path, self.line)} runs for each element of a comprehension"
         elif self.kind == "step":
-            text = f"called at {at(self.path, self.line)} from a module's `forward`, which runs on every step"
+            text = f"{call} at {at(self.path, self.line)} runs in a module's `forward`, on every step"
         else:
             shown = ", ".join(str(n) for n in self.lines[:4])
             where = "this file" if self.path == here else self.path
-            text = f"called {len(self.lines)} times in {where}, lines {shown}"
-        for qual, path, line in reversed(self.via):
-            text = f"called from `{_short(qual)}` ({at(path, line)}), {text}"
+            same = " on the same object" if self.call.startswith(".") else ""
+            text = f"{call} is called {len(self.lines)} times{same} in {where}, lines {shown}"
+        if self.via:
+            callers = "; ".join(f"called by `{_short(q)}` at {at(p, n)}" for q, p, n in self.via)
+            text = f"{callers}; {text}"
         return text
 
     @property
     def sort_key(self) -> tuple:
         return (len(self.via), _KIND_RANK.get(self.kind, 3), self.path, self.line)
+
+
+def call_text(callee: str, bound: int = 0, constructs: bool = False) -> str:
+    """How a site's callee reads in a message: ``GradCAM(...)``, ``.attach(...)``."""
+    if constructs:
+        bound = 0
+    if callee.startswith("super:"):
+        return f"super().{callee.rpartition('.')[2]}(...)"
+    owner, _, last = callee.rpartition(".")
+    if last == "__call__":
+        return f"{owner.rpartition('.')[2]}(...)"
+    return f"{'.' if bound else ''}{last}(...)"
 
 
 def _short(qual: str) -> str:
@@ -353,7 +371,7 @@ class ProjectIndex:
         if sources is None:
             return []
         if loop is not None and all(_loop_fact(loop, s) for s in sources):
-            return [Reason(loop[1], path, line, (loop[0],))]
+            return [Reason(loop[1], path, line, (loop[0],), call=call_text(site[0], bound, _constructs(qual, site)))]
         if fn is None or guarded or caller_qual is None:
             return []
         deps: set[str] = set()
@@ -364,11 +382,11 @@ class ProjectIndex:
             deps |= set(fact)
         caller_facts = self.function(caller_qual)
         if step and caller_facts is not None and deps <= set(caller_facts[0][:1]):
-            return [Reason("step", path, line)]
+            return [Reason("step", path, line, call=call_text(site[0], bound, _constructs(qual, site)))]
         if depth >= MAX_CALLER_DEPTH or caller_qual in stack or caller_qual == qual:
             return []
         outer = self.reasons(caller_qual, frozenset(deps), depth + 1, stack + (qual,), visit)
-        return [Reason(r.kind, r.path, r.line, r.lines, ((caller_qual, path, line),) + r.via) for r in outer]
+        return [Reason(r.kind, r.path, r.line, r.lines, ((caller_qual, path, line),) + r.via, r.call) for r in outer]
 
     def _repeated_calls(self, qual: str, facts: list[Any], needed: frozenset[str], sites: list[Site]) -> list[Reason]:
         """Two or more calls in one file on the same object (or of a function
@@ -393,7 +411,9 @@ class ProjectIndex:
         for (path, _key), group in groups.items():
             if len(group) >= 2:
                 lines = tuple(sorted(site[3] for _s, site in group))
-                out.append(Reason("repeat", path, lines[0], lines))
+                first = group[0][1]
+                out.append(Reason("repeat", path, lines[0], lines,
+                                  call=call_text(first[0], first[1], _constructs(qual, first))))
         return out
 
     # ------------------------------------------------------------ names
@@ -421,6 +441,11 @@ class ProjectIndex:
             names.add(parts[0])
             names.update(sub.rsplit(".", 1)[-1] for sub in self.subclasses(cls))
         return {n for n in names if n.isidentifier()}
+
+
+def _constructs(qual: str, site: list[Any]) -> bool:
+    """Does the site construct an object (``Cls(...)`` reaching ``__init__``)?"""
+    return qual.endswith(".__init__") and not site[0].endswith("__init__")
 
 
 def _map_needed(facts: list[Any], needed: frozenset[str], bound: int, is_init: bool) -> list[tuple[str, Any]] | None:
