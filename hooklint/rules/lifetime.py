@@ -816,18 +816,32 @@ class HookLeak(Rule):
     ## What it does
     Reports a hook registered again and again on the same target, with a
     handle that is never removed: inside a loop whose iterations all hook the
-    same module or parameter, or inside a function that runs repeatedly (called
-    more than once, called in a loop, or a module's `forward` /
-    `training_step`).
+    same module or parameter, or inside a function, method or constructor
+    that runs again with the same target.  It runs again when a module's
+    `forward` (or `training_step`) calls it, when it is called in a loop or
+    a comprehension, or twice on the same object, or from a function that
+    runs again itself, in any of the checked files: a Grad-CAM class in a
+    library that hooks `target_layer` in its constructor leaks when an
+    evaluation script in another folder builds one per image.  The target
+    may arrive as an argument (`model`, `target_layer`, `self.model`
+    assigned from one, `model.get_submodule(name)`, the modules of
+    `model.named_modules()`): the call site must then pass the same object
+    each time.
+
+    A public method (or `__call__`) that hooks its own object's module
+    (`self.model`) and drops the handle is reported as a *warning* even
+    when no second call is shown: every later call adds one more hook and
+    nothing can remove them.
 
     ## Why is this bad?
     Every registration adds one more hook; the old ones stay.  After N
     iterations (or calls) the hook runs N times per forward or backward pass,
     so a hook that scales a gradient scales it N times, a hook that records
-    activations records N copies, and memory grows.  hook-semantics.md,
-    section 3: a saliency library registered its "guided" ReLU hooks on every
-    call and dropped the handles, so its "vanilla" mode returned guided
-    gradients after a single guided call.
+    activations records N copies, and memory grows.  The objects the hooks
+    reference (an explainer, its saved activations) stay alive with the model.
+    hook-semantics.md, section 3: a saliency library registered its "guided"
+    ReLU hooks on every call and dropped the handles, so its "vanilla" mode
+    returned guided gradients after a single guided call.
 
     ## Known problems
     Registering one hook per module in a loop over `model.modules()`,
@@ -835,10 +849,17 @@ class HookLeak(Rule):
     and is not reported; tensor hooks on tensors created in the loop or in
     `forward` die with the tensor and are not reported either.  A registration
     guarded by a condition that can make it run once (`if self._handle is
-    None:`, `if step == 0:`, `hasattr(...)`) is not reported.  A handle stored
-    in an attribute or appended to a list counts as removed as soon as the file
-    calls `.remove()` on that attribute or reads the list anywhere: hooklint
-    does not check that this happens between registrations.
+    None:`, `if step == 0:`, `hasattr(...)`), here or at a call site on the
+    way, is not reported.  A handle stored in an attribute or appended to a
+    list counts as removed as soon as the file calls `.remove()` on that
+    attribute or reads the list anywhere: hooklint does not check that this
+    happens between registrations.  Calls in other files are seen when those
+    files are checked in the same run (`hooklint check .`), through imports,
+    re-exports, constructors, methods of instances whose class the file shows
+    (`cam = GradCAM(...)`, a parameter annotated with the class) and
+    `super()`; a call through an object of unknown class is not followed.
+    A public function that hooks its argument and drops the handle is not
+    reported unless a call that repeats it is shown.
 
     ## Example
     ```python
@@ -954,6 +975,35 @@ class HookLeak(Rule):
         "def attach():\n"
         "    net.register_forward_hook(lambda m, i, o: None)\n"
         "attach()\n",
+        # registered once in __init__, the handle kept
+        "class Probe:\n"
+        "    def __init__(self, layer):\n"
+        "        self.handle = layer.register_forward_hook(self.save)\n"
+        "    def save(self, m, i, o):\n"
+        "        self.out = o\n"
+        "    def close(self):\n"
+        "        self.handle.remove()\n"
+        "for image in range(3):\n"
+        "    Probe(object()).close()\n",
+        # a public method that removes its hook in `finally`
+        "class Explainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = model\n"
+        "    def attribute(self, x):\n"
+        "        handle = self.model.register_forward_hook(self.save)\n"
+        "        try:\n"
+        "            return self.model(x)\n"
+        "        finally:\n"
+        "            handle.remove()\n"
+        "    def save(self, m, i, o):\n"
+        "        self.out = o\n",
+        # a constructor called in a loop, on a new model each time
+        "class Probe:\n"
+        "    def __init__(self, model):\n"
+        "        model.register_forward_hook(print)\n"
+        "def run(models):\n"
+        "    for model in models:\n"
+        "        Probe(model)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -997,6 +1047,29 @@ class HookLeak(Rule):
             "    h = net.register_forward_hook(lambda m, i, o: None)  # HKL304\n"
             "    net(torch.rand(1, 2))\n"
             "h.remove()\n"
+        ),
+        Invalid(
+            # a constructor that hooks its argument, built once per image
+            "class GradCAM:\n"
+            "    def __init__(self, model, target_layer):\n"
+            "        self.model = model\n"
+            "        target_layer.register_forward_hook(self.save)  # HKL304\n"
+            "    def save(self, m, i, o):\n"
+            "        self.activation = o\n"
+            "def explain(model, images):\n"
+            "    return [GradCAM(model, model.layer4) for image in images]\n"
+        ),
+        Invalid(
+            # a public method that hooks its own model on every call (a warning)
+            "class FeatureExtractor:\n"
+            "    def __init__(self, model):\n"
+            "        self.model = model\n"
+            "    def extract(self, x):\n"
+            "        self.model.layer4.register_forward_hook(self.keep)  # HKL304\n"
+            "        self.model(x)\n"
+            "        return self.features\n"
+            "    def keep(self, m, i, o):\n"
+            "        self.features = o\n"
         ),
     )
 

@@ -536,12 +536,14 @@ class ProjectView:
 
     def local_callers(self, qual: str) -> list[str]:
         """The functions of this file that call ``qual`` ("" for module level)."""
+        return [caller for caller, _line in self.local_call_sites(qual)]
+
+    def local_call_sites(self, qual: str) -> list[tuple[str, int]]:
+        """(caller, line) of the calls of ``qual`` in this file (caller "" at module level)."""
         if self._local is None:
             self._local = self._local_factory()
-        out = []
-        for summary, site, _bound in self._local.sites_of(qual):
-            out.append(f"{summary['module']}.{site[2]}" if site[2] else "")
-        return out
+        return [(f"{summary['module']}.{site[2]}" if site[2] else "", site[3])
+                for summary, site, _bound in self._local.sites_of(qual)]
 
 
 def summarize_source(path: str, text: str, display_path: str,
