@@ -162,15 +162,15 @@ def scan_task(index: int, path: str, names: tuple[str, ...], for_cache: bool) ->
 @dataclasses.dataclass
 class RefineOutcome:
     index: int
-    facts: dict[tuple[int, int], list[Any] | None]  # by (line, column) of the site
+    facts: dict[tuple[int, int, str], list[Any] | None]  # by (line, column, via) of the site
     record: Record | None
 
 
 # (index, path, positions of the sites, read for the cache)
-RefineTask = tuple[int, str, tuple[tuple[int, int], ...], bool]
+RefineTask = tuple[int, str, tuple[tuple[int, int, str], ...], bool]
 
 
-def refine_task(index: int, path: str, positions: tuple[tuple[int, int], ...], for_cache: bool) -> RefineOutcome:
+def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ...], for_cache: bool) -> RefineOutcome:
     """The facts of some call sites of a file (the project pass asks for the
     sites on the chains of callers it follows; see ProjectIndex.missing)."""
     try:
@@ -185,7 +185,8 @@ def refine_task(index: int, path: str, positions: tuple[tuple[int, int], ...], f
     if summary is None:
         return RefineOutcome(index, {}, None)
     wanted = set(positions)
-    return RefineOutcome(index, {(s[3], s[4]): s[5] for s in summary["sites"] if (s[3], s[4]) in wanted}, record)
+    return RefineOutcome(index, {(s[3], s[4], s[6]): s[5] for s in summary["sites"] if (s[3], s[4], s[6]) in wanted},
+                         record)
 
 
 # ---------------------------------------------------------------- workers
@@ -481,7 +482,7 @@ class ProjectPass:
         if not index.missing:
             return False
         by_path = {display_path(path): i for i, path in enumerate(self.files)}
-        wanted: dict[int, tuple[dict[str, Any], set[tuple[int, int]]]] = {}
+        wanted: dict[int, tuple[dict[str, Any], set[tuple[int, int, str]]]] = {}
         for summary, positions in index.missing.values():
             i = by_path.get(summary["path"])
             if i is not None:
@@ -493,9 +494,10 @@ class ProjectPass:
         for outcome in _run(tasks, self.options, self.graph_facts, _run_refines, _crashed_refine):
             summary, positions = wanted[outcome.index]
             for site in summary["sites"]:
-                if (site[3], site[4]) in positions:
+                key = (site[3], site[4], site[6])
+                if key in positions:
                     # a file that changed meanwhile: its site counts as guarded (no reason)
-                    site[5] = outcome.facts.get((site[3], site[4])) or [None, None, False, True, None]
+                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}]
             if outcome.record is not None and self.results[outcome.index].summary is summary:
                 self.records[outcome.index] = outcome.record
         index.changed()

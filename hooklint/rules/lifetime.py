@@ -13,8 +13,9 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.callgraph import EMPTY, is_step_method, leaves_loop_after
+from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
+from hooklint.static.handles import destination
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
@@ -37,7 +38,6 @@ from hooklint.static.semantic import (
     Binding,
     ClassInfo,
     FunctionNode,
-    is_classmethod,
     is_staticmethod,
     positional_params,
 )
@@ -997,13 +997,13 @@ class HookLeak(Rule):
         "            handle.remove()\n"
         "    def save(self, m, i, o):\n"
         "        self.out = o\n",
-        # a constructor called in a loop, on a new model each time
-        "class Probe:\n"
+        # a private class constructed in a loop, on a new model each time
+        "class _Probe:\n"
         "    def __init__(self, model):\n"
         "        model.register_forward_hook(print)\n"
         "def run(models):\n"
         "    for model in models:\n"
-        "        Probe(model)\n",
+        "        _Probe(model)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -1130,6 +1130,10 @@ class _LeakAnalysis:
         if repeat is None:
             return None
         text, proven, related = repeat
+        if not proven:
+            kept = destination(self.ctx, reg)
+            if kept.kind in ("attribute", "container") and kept.attr and not kept.attr.startswith("_"):
+                return None  # the object's users can reach the handles and remove them
         cls = self.ctx.model.enclosing_class(func)
         name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
         finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
@@ -1175,38 +1179,25 @@ class _LeakAnalysis:
     # ----------------------------------------------------- repeated functions
     def _repeat(self, func: ast.AST, needed: frozenset[str]) -> tuple[str, bool, list[Related]] | None:
         """Why ``func`` runs again with the same ``needed`` arguments: (words,
-        proven, related locations); proven is False for a public method that
-        nothing shown calls twice."""
+        proven, related locations); not proven for an entry point (a public
+        method, a constructor, a public function) that nothing shown calls twice."""
         ctx = self.ctx
         model = ctx.model
         cls = model.enclosing_class(func)
-        params = positional_params(func)
-        self_name = params[0] if params and cls is not None and func in cls.methods.values() \
-            and not is_staticmethod(func) and not is_classmethod(func) else None
-        if is_step_method(model, func) and needed <= {self_name}:
+        if is_step_method(model, func) and all(n == SELF or n.startswith(SELF + ".") for n in needed):
             return f"torch calls `{cls.name}.{func.name}` on every step", True, []  # type: ignore[union-attr]
         qual = ctx.qualname(func)
         if qual is None:
             return None
         reason = ctx.project.first_reason(qual, needed)
-        if reason is not None:
-            related = [] if reason.path == ctx.display_path else \
-                [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
-            return reason.describe(ctx.display_path), True, related
-        name = func.name  # type: ignore[attr-defined]
-        if self_name is None or needed - {self_name} or func.name.startswith("_") and name != "__call__":
+        if reason is None:
             return None
-        if self._setup_only(qual, cls):  # type: ignore[arg-type]
-            return None
-        what = "`__call__`" if name == "__call__" else "a public method"
-        return (f"{what} of `{cls.name}`: every call registers another hook on the same object; nothing in the "  # type: ignore[union-attr]
-                f"checked files shows a second call, so this is reported as a warning", False, [])
-
-    def _setup_only(self, qual: str, cls: ClassInfo) -> bool:
-        """Is the method called in this file, and only from the class's constructor?"""
-        callers = self.ctx.project.local_callers(qual)
-        init = self.ctx.qualname(cls.node)
-        return bool(callers) and all(c in (f"{init}.__init__", f"{init}.__post_init__") for c in callers)
+        related = [] if reason.path == ctx.display_path else \
+            [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
+        text = reason.describe(ctx.display_path)
+        if not reason.proven:
+            text += "; nothing in the checked files calls it twice, so this is reported as a warning"
+        return text, reason.proven, related
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:

@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 1
+SUMMARY_FORMAT = 2
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -64,6 +64,11 @@ STABLE_ACCESSORS = frozenset({
     "modules", "children", "named_modules", "named_children", "parameters", "named_parameters", "buffers",
     "named_buffers", "get_submodule", "get_parameter", "get_buffer", "items", "values", "keys",
 })
+# Module methods that return the module itself (`model.to(device)`).
+RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16",
+                          "requires_grad_", "type", "share_memory"})
+# A method's own object, and its attributes, in dependence sets.
+SELF = "self"
 # Builtins whose result holds the same objects as their arguments.
 _PASS_THROUGH_BUILTINS = frozenset({"getattr", "enumerate", "list", "tuple", "reversed", "sorted", "zip", "iter",
                                     "dict"})
@@ -250,10 +255,12 @@ class Dependence:
 
     ``of(expr, unit)`` is ``frozenset()`` when ``expr`` names the same object
     every time ``unit`` (a loop or a function) runs, a set of parameter names
-    of ``unit`` when it is the same object as long as those arguments are
-    (the method's ``self`` is a parameter like any other), and None when it
-    may be a new object each time or cannot be told.  Inside ``__init__``,
-    ``self.model`` assigned from the parameter ``model`` depends on ``model``.
+    of ``unit`` when it is the same object as long as those arguments are,
+    and None when it may be a new object each time or cannot be told.  A
+    method's own object is ``"self"``, and its attributes ``"self.<attr>"``
+    (whatever the first parameter is called): the same while the instance's
+    attribute is.  Inside ``__init__``, ``self.model`` assigned from the
+    parameter ``model`` depends on ``model``.
     """
 
     MAX_DEPTH = 8
@@ -261,6 +268,8 @@ class Dependence:
     def __init__(self, model: SemanticModel, units: UnitFacts | None = None):
         self.model = model
         self.units = units or UnitFacts(model)
+        self._active: set[int] = set()  # bindings being followed (`a = a.child` in a loop)
+        self._returns: dict[int, frozenset[str] | None] = {}
 
     def of(self, expr: ast.AST, unit: ast.AST, depth: int = 0, self_free: bool = False) -> frozenset[str] | None:
         """``self_free``: the method's ``self`` counts as the same object
@@ -276,6 +285,8 @@ class Dependence:
             if expr.attr in self.units.attributes(unit):
                 value = self._own_attribute_value(expr, unit)
                 return None if value is None else self.of(value, unit, depth + 1, self_free)
+            if not self_free and isinstance(expr.value, ast.Name) and self._is_own_self(expr.value, unit):
+                return frozenset({f"{SELF}.{expr.attr}"})
             return self.of(expr.value, unit, depth + 1, self_free)
         if isinstance(expr, ast.Subscript):
             return _union((self.of(expr.value, unit, depth + 1, self_free),
@@ -290,6 +301,10 @@ class Dependence:
             if isinstance(func, ast.Attribute) and func.attr in STABLE_ACCESSORS:
                 return _union([self.of(func.value, unit, depth + 1, self_free)]
                               + [self.of(a, unit, depth + 1, self_free) for a in args])
+            if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
+                return self.of(func.value, unit, depth + 1, self_free)
+            if isinstance(func, ast.Name):
+                return self._local_call(expr, unit, depth, self_free)
             if isinstance(func, ast.Name) and func.id in _PASS_THROUGH_BUILTINS and \
                     self.model.qualify(func) == f"builtins.{func.id}":
                 return _union(self.of(a, unit, depth + 1, self_free) for a in args)
@@ -327,26 +342,105 @@ class Dependence:
             return EMPTY  # bound before the loop, or outside the function
         deps: set[str] = set()
         for b in inside:
+            if id(b) in self._active:
+                continue  # a rebinding from itself (`a = a._modules[key]`) adds nothing new
             if b.kind == "param":
                 if b.scope.node is not unit:
                     return None  # a parameter of a function nested in the unit
-                if not (self_free and is_self_param(self.model, b.value)):  # type: ignore[arg-type]
+                if is_self_param(self.model, b.value):  # type: ignore[arg-type]
+                    if not self_free:
+                        deps.add(SELF)
+                else:
                     deps.add(b.name)
+            elif b.kind == "def" and self_free and isinstance(b.node, FunctionNode):
+                sub = self._closure(b.node, unit, depth)  # a nested hook function: what it uses
+                if sub is None:
+                    return None
+                deps |= sub
             elif b.kind == "assign" and not b.path:
-                sub = self.of(b.value, unit, depth + 1, self_free)  # type: ignore[arg-type]
+                sub = self._following(b, unit, depth, self_free)
                 if sub is None:
                     return None
                 deps |= sub
             elif b.kind == "for":
                 if b.node is unit:
                     return None  # the loop's own variable: another object each iteration
-                sub = self.of(b.value, unit, depth + 1, self_free)  # type: ignore[arg-type]
+                sub = self._following(b, unit, depth, self_free)
                 if sub is None:
                     return None
                 deps |= sub
             else:
                 return None
         return frozenset(deps)
+
+    def _following(self, binding: Any, unit: ast.AST, depth: int, self_free: bool) -> frozenset[str] | None:
+        self._active.add(id(binding))
+        try:
+            return self.of(binding.value, unit, depth + 1, self_free)
+        finally:
+            self._active.discard(id(binding))
+
+    def _local_call(self, call: ast.Call, unit: ast.AST, depth: int, self_free: bool) -> frozenset[str] | None:
+        """``get_layer(model, names)`` of a function of this file whose every
+        return depends only on its parameters: what the arguments depend on."""
+        bindings = self.model.bindings_at(call.func)  # type: ignore[arg-type]
+        if len(bindings) != 1 or bindings[0].kind != "def" or not isinstance(bindings[0].node, FunctionNode):
+            return None
+        func = bindings[0].node
+        if isinstance(getattr(func, "_hl_parent", None), ast.ClassDef):
+            return None
+        returned = self.returns(func)
+        if returned is None:
+            return None
+        args = func.args
+        positional = [a.arg for a in args.posonlyargs + args.args]
+        parts: list[frozenset[str] | None] = []
+        for name in returned:
+            if name in positional and positional.index(name) < len(call.args):
+                parts.append(self.of(call.args[positional.index(name)], unit, depth + 1, self_free))
+                continue
+            keyword = next((k for k in call.keywords if k.arg == name), None)
+            if keyword is not None:
+                parts.append(self.of(keyword.value, unit, depth + 1, self_free))
+            elif any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                return None
+            # else the default: the same object on every call
+        return _union(parts)
+
+    def returns(self, func: ast.AST) -> frozenset[str] | None:
+        """The parameters a function's returned object depends on (None: a new
+        or unknown object, e.g. a module it builds)."""
+        key = id(func)
+        if key not in self._returns:
+            self._returns[key] = None  # recursion guard
+            found = [node for node in executed_nodes(func) if isinstance(node, ast.Return)]
+            if not found or any(r.value is None for r in found):
+                self._returns[key] = None
+            else:
+                self._returns[key] = _union(self.of(r.value, func, 1) for r in found)  # type: ignore[arg-type]
+        return self._returns[key]
+
+    def _closure(self, func: ast.AST, unit: ast.AST, depth: int) -> frozenset[str] | None:
+        """What a function defined inside ``unit`` uses from it (its free names)."""
+        own = self.model.scopes.get(func)
+        parts: list[frozenset[str] | None] = []
+        for node in executed_nodes(func):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                found = self.model.lookup(node.id, self.model.scope_of(node))
+                if found and found[0].scope is own:
+                    continue  # a local of the nested function
+                parts.append(self.of(node, unit, depth + 1, True))
+        defaults = list(func.args.defaults) + [d for d in func.args.kw_defaults if d is not None]  # type: ignore[attr-defined]
+        parts += [self.behaviour(d, unit, depth + 1) for d in defaults]
+        return _union(parts)
+
+    def _is_own_self(self, name: ast.Name, unit: ast.AST) -> bool:
+        """Is ``name`` the ``self`` of the method ``unit``?"""
+        if not isinstance(unit, FunctionNode):
+            return False
+        bindings = self.model.bindings_at(name)
+        return len(bindings) == 1 and bindings[0].kind == "param" and bindings[0].scope.node is unit \
+            and is_self_param(self.model, bindings[0].value)  # type: ignore[arg-type]
 
     def _own_attribute_value(self, expr: ast.Attribute, unit: ast.AST) -> ast.AST | None:
         """``self.<attr>`` assigned exactly once in the method ``unit``, before
@@ -515,8 +609,10 @@ def is_step_method(model: SemanticModel, func: ast.AST) -> bool:
 class Summarizer:
     """Builds the summary of one file (see the module docstring).
 
-    A call site is ``[callee, bound, caller, line, column, facts]``, its
-    facts ``[loop, fn, step, guarded, receiver_key]`` (None until computed):
+    A call site is ``[callee, bound, caller, line, column, facts, via]``
+    (``via`` is "apply" for the function ``module.apply(fn)`` calls on every
+    submodule), its facts ``[loop, fn, step, guarded, receiver_key, attrs]``
+    (None until computed):
 
     - ``callee``: the qualified name called: a function or class
       (``pkg.mod.func``, ``pkg.mod.Cls``: a constructor), a method of a class
@@ -530,11 +626,17 @@ class Summarizer:
       comprehension around the site (in the same function) repeats it with
       the same receiver; each argument is True when it is the same object on
       every iteration.
-    - ``fn``: ``[receiver, args, kwargs]``: per argument, the caller's
-      parameters it depends on (a list), or None for "another object each time".
+    - ``fn``: ``[receiver, args, kwargs, dispatch]``: per argument, the
+      caller's parameters it depends on (a list; ``"self"`` and
+      ``"self.<attr>"`` for the caller's own object), or None for "another
+      object each time"; ``dispatch``: what the branches around the call
+      compare with constants (``if name == "lrp":``), which must be the same
+      too.
     - ``step``: the caller is a per-step method (a module's ``forward``).
     - ``guarded``: a condition in the caller can make the site run once.
     - ``receiver_key``: equal for two sites that call on the same object.
+    - ``attrs``: when the call is on the caller's own ``self``, the
+      dependence of the ``self.<attr>`` the caller assigned before it.
     """
 
     def __init__(self, model: SemanticModel, inference: Inference, path: str, display_path: str,
@@ -609,7 +711,7 @@ class Summarizer:
                 continue
             args = func.args
             functions[local] = [positional_params(func), [a.arg for a in args.kwonlyargs], len(args.defaults),
-                                function_kind(func), bool(args.vararg or args.kwarg)]
+                                function_kind(func), bool(args.vararg or args.kwarg), func.lineno]
         classes: dict[str, list[str | None]] = {}
         for info in self.model.classes.values():
             local = local_qualname(info.node)
@@ -636,17 +738,40 @@ class Summarizer:
         for calls in (self.model.name_calls, self.model.method_calls):
             for group in calls.values():
                 for call in group:
-                    found = self.callee(call)
-                    if found is None:
-                        continue
-                    func = function_of(call)
-                    caller = local_qualname(func) if isinstance(func, FunctionNode) else None
-                    out.append([found[0], found[1], caller, call.lineno, call.col_offset,
-                                self.facts(call, found[2]) if facts else None])
-        out.sort(key=lambda s: (s[3], s[4], s[0]))
+                    for via, found in self._callees(call):
+                        func = function_of(call)
+                        caller = local_qualname(func) if isinstance(func, FunctionNode) else None
+                        out.append([found[0], found[1], caller, call.lineno, call.col_offset,
+                                    self.facts(call, found[2], via) if facts else None, via])
+        out.sort(key=lambda s: (s[3], s[4], s[6], s[0]))
         return out
 
-    def site_facts(self, line: int, col: int) -> list[Any] | None:
+    def _callees(self, call: ast.Call) -> list[tuple[str, tuple[str, int, ast.AST | None]]]:
+        """(via, callee) for a call: the call itself, and for ``module.apply(fn)``
+        the function it calls on every submodule."""
+        out = []
+        found = self.callee(call)
+        if found is not None:
+            out.append(("", found))
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "apply" and len(call.args) == 1 and not call.keywords:
+            target = self.function_reference(call.args[0])
+            if target is not None:
+                out.append(("apply", target))
+        return out
+
+    def function_reference(self, expr: ast.AST) -> tuple[str, int, ast.AST | None] | None:
+        """A function passed as a value (``self._hook_all``, ``register``): (callee, bound, None)."""
+        if isinstance(expr, ast.Attribute):
+            owner = self.instance_class(expr.value)
+            if owner is not None:
+                return f"{owner}.{expr.attr}", 1, None
+        name = self.absolute(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+        if name is None or name.split(".", 1)[0] in _FOREIGN_ROOTS:
+            return None
+        return name, 0, None
+
+    def site_facts(self, line: int, col: int, via: str = "") -> list[Any] | None:
         """The facts of the site at ``line``:``col`` (see :meth:`facts`)."""
         if self._calls is None:
             self._calls = {(c.lineno, c.col_offset): c for calls in (self.model.name_calls, self.model.method_calls)
@@ -654,8 +779,10 @@ class Summarizer:
         call = self._calls.get((line, col))
         if call is None:
             return None
-        found = self.callee(call)
-        return None if found is None else self.facts(call, found[2])
+        for kind, found in self._callees(call):
+            if kind == via:
+                return self.facts(call, found[2], via)
+        return None
 
     def callee(self, call: ast.Call) -> tuple[str, int, ast.AST | None] | None:
         """(callee, bound, receiver expression) of a call that a function,
@@ -725,12 +852,17 @@ class Summarizer:
             return None
         return self.model.enclosing_class(func)
 
-    def facts(self, call: ast.Call, receiver: ast.AST | None) -> list[Any]:
-        """``[loop, fn, step, guarded, receiver_key]`` of a call site (see the class docstring)."""
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            spread = True
-        else:
+    def facts(self, call: ast.Call, receiver: ast.AST | None, via: str = "") -> list[Any]:
+        """``[loop, fn, step, guarded, receiver_key, attrs]`` of a call site
+        (see the class docstring).  For ``module.apply(fn)`` (``via="apply"``)
+        the arguments are those ``fn`` gets: each submodule of ``module``."""
+        if via == "apply":
+            args: list[ast.AST] = [call.func.value]  # type: ignore[attr-defined]
+            keywords: list[ast.keyword] = []
             spread = False
+        else:
+            args, keywords = list(call.args), list(call.keywords)
+            spread = any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in keywords)
         func = function_of(call)
         dep = self.dependence
         loop_facts = None
@@ -739,25 +871,62 @@ class Summarizer:
                 continue  # `for m in models: Probe(m).attach()`: another object each time
             if self.guards.guarded(call, loop) or (isinstance(loop, LoopNode) and leaves_loop_after(call, loop)):
                 continue
+            if self.dispatch(call, loop) != EMPTY:
+                continue  # `for name in names: if name == "lrp": ...`: another branch each time
             kind = "loop" if isinstance(loop, LoopNode) else "comprehension"
             loop_facts = [loop.lineno, kind, True,
-                          [None if spread else dep.of(a, loop) == EMPTY for a in call.args],
-                          {k.arg: dep.of(k.value, loop) == EMPTY for k in call.keywords if k.arg}]
+                          [None if spread else dep.of(a, loop) == EMPTY for a in args],
+                          {k.arg: dep.of(k.value, loop) == EMPTY for k in keywords if k.arg}]
             break
         fn_facts = None
         step = guarded = False
-        if isinstance(func, FunctionNode):
-            fn_facts = [_fact(dep.of(receiver, func)) if receiver is not None else [],
-                        [None if spread else _fact(dep.of(a, func)) for a in call.args],
-                        {k.arg: _fact(dep.of(k.value, func)) for k in call.keywords if k.arg}]
-            step = is_step_method(self.model, func)
-            guarded = self.guards.guarded(call, func)
-        elif func is None:  # module level: runs once, but two calls on one object repeat it
-            fn_facts = [_fact(dep.of(receiver, self.model.tree)) if receiver is not None else [],
-                        [None if spread else _fact(dep.of(a, self.model.tree)) for a in call.args],
-                        {k.arg: _fact(dep.of(k.value, self.model.tree)) for k in call.keywords if k.arg}]
-            guarded = self.guards.guarded(call, self.model.tree)
-        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver)]
+        attrs: dict[str, list[str] | None] = {}
+        unit = func if isinstance(func, FunctionNode) else self.model.tree if func is None else None
+        if unit is not None:
+            receiver_dep = _fact(dep.of(receiver, unit)) if receiver is not None else []
+            fn_facts = [receiver_dep,
+                        [None if spread else _fact(dep.of(a, unit)) for a in args],
+                        {k.arg: _fact(dep.of(k.value, unit)) for k in keywords if k.arg},
+                        _fact(self.dispatch(call, unit))]
+            step = unit is not self.model.tree and is_step_method(self.model, unit)
+            guarded = self.guards.guarded(call, unit)
+            if receiver_dep == [SELF] and unit is not self.model.tree:
+                attrs = self.attribute_dependences(unit, call.lineno)
+        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver), attrs]
+
+    def dispatch(self, node: ast.AST, unit: ast.AST) -> frozenset[str] | None:
+        """What the branches around ``node`` (inside ``unit``) dispatch on:
+        ``if name == "lrp":`` runs only for one value of ``name``, so the
+        call repeats only when ``name`` is the same each time."""
+        parts: list[frozenset[str] | None] = []
+        child: ast.AST = node
+        cur = getattr(node, "_hl_parent", None)
+        while cur is not None and cur is not unit:
+            if isinstance(cur, (ast.If, ast.IfExp)) and child is not cur.test:
+                parts += [self.dependence.of(subject, unit) for subject in _dispatch_subjects(cur.test)]
+            child, cur = cur, getattr(cur, "_hl_parent", None)
+        return _union(parts)
+
+    def attribute_dependences(self, func: ast.AST, line: int) -> dict[str, list[str] | None]:
+        """``self.<attr>`` assigned in the method before ``line``: its
+        dependence (``self.model = model`` in ``__init__``: ``["model"]``);
+        None for an attribute assigned more than once, or otherwise than by
+        a plain assignment, before it.  Assignments after ``line`` do not
+        change what the call at ``line`` sees."""
+        out: dict[str, list[str] | None] = {}
+        stores: dict[str, list[ast.AST]] = {}
+        for node in executed_nodes(func):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.lineno < line \
+                    and isinstance(node.value, ast.Name) and self.dependence._is_own_self(node.value, func):
+                stores.setdefault(node.attr, []).append(node)
+        for attr, nodes in stores.items():
+            parent = getattr(nodes[0], "_hl_parent", None)
+            if len(nodes) == 1 and isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is not None \
+                    and (not isinstance(parent, ast.Assign) or len(parent.targets) == 1):
+                out[attr] = _fact(self.dependence.of(parent.value, func))
+            else:
+                out[attr] = None
+        return out
 
     def _repeating_units(self, call: ast.Call) -> list[ast.AST]:
         units: list[ast.AST] = list(enclosing_loops(call))
@@ -766,6 +935,31 @@ class Summarizer:
             units.append(comprehension)
         units.sort(key=lambda u: -_depth(u))
         return units
+
+
+def _dispatch_subjects(test: ast.AST) -> list[ast.AST]:
+    """The values a condition compares with constants: ``name == "lrp"``,
+    ``mode in ("a", "b")``, ``kind is None`` (and of ``and``/``or``/``not``)."""
+    if isinstance(test, ast.BoolOp):
+        return [s for value in test.values for s in _dispatch_subjects(value)]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _dispatch_subjects(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and \
+            isinstance(test.ops[0], (ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+        left, right = test.left, test.comparators[0]
+        if _constant_like(right):
+            return [left]
+        if _constant_like(left):
+            return [right]
+    return []
+
+
+def _constant_like(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(isinstance(e, ast.Constant) for e in node.elts)
+    return False
 
 
 def _depth(node: ast.AST) -> int:

@@ -60,7 +60,7 @@ class FileContext:
     def project(self) -> ProjectView:
         """Questions about the checked files as a whole; records what was asked."""
         return ProjectView(
-            lambda: ProjectIndex([self.summary], facts=lambda _summary, site: self.summarizer.site_facts(site[3], site[4])),
+            lambda: ProjectIndex([self.summary], facts=lambda _summary, site: self.summarizer.site_facts(site[3], site[4], site[6])),
             self._project_answers)
 
     def qualname(self, node: ast.AST) -> str | None:

@@ -26,6 +26,9 @@ from typing import Any, Callable, Iterable
 # How deep a chain of callers is followed.
 MAX_CALLER_DEPTH = 4
 _KIND_RANK = {"loop": 0, "comprehension": 0, "step": 1, "repeat": 2}
+# Reasons that are not a call shown in the checked files: the function is an
+# entry point that users call (the rules report them at a lower severity).
+UNPROVEN = frozenset({"public", "constructor", "function"})
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,12 @@ class Reason:
             text = f"{call} at {at(self.path, self.line)} runs for each element of a comprehension"
         elif self.kind == "step":
             text = f"{call} at {at(self.path, self.line)} runs in a module's `forward`, on every step"
+        elif self.kind == "public":
+            text = f"{call} is a public method: every call on the same object hooks the same module again"
+        elif self.kind == "constructor":
+            text = f"every new object, `{self.call}`, hooks again the module it is given"
+        elif self.kind == "function":
+            text = f"{call} is a public function: every call with the same module hooks it again"
         else:
             shown = ", ".join(str(n) for n in self.lines[:4])
             where = "this file" if self.path == here else self.path
@@ -75,12 +84,18 @@ class Reason:
         return text
 
     @property
+    def proven(self) -> bool:
+        return self.kind not in UNPROVEN
+
+    @property
     def sort_key(self) -> tuple:
-        return (len(self.via), _KIND_RANK.get(self.kind, 3), self.path, self.line)
+        return (not self.proven, len(self.via), _KIND_RANK.get(self.kind, 3), self.path, self.line)
 
 
-def call_text(callee: str, bound: int = 0, constructs: bool = False) -> str:
+def call_text(callee: str, bound: int = 0, constructs: bool = False, via: str = "") -> str:
     """How a site's callee reads in a message: ``GradCAM(...)``, ``.attach(...)``."""
+    if via == "apply":
+        return f"apply({callee.rpartition('.')[2]})"
     if constructs:
         bound = 0
     if callee.startswith("super:"):
@@ -117,7 +132,7 @@ class ProjectIndex:
         self._memo: dict[tuple[str, frozenset[str]], list[Reason]] = {}
         self._forget_names()
         self._facts_of = facts
-        self.missing: dict[int, tuple[dict[str, Any], set[tuple[int, int]]]] = {}
+        self.missing: dict[int, tuple[dict[str, Any], set[tuple[int, int, str]]]] = {}
         for summary in summaries:
             self.add(summary)
 
@@ -147,7 +162,7 @@ class ProjectIndex:
             if self._facts_of is not None:
                 facts = site[5] = self._facts_of(summary, site)
             else:
-                self.missing.setdefault(id(summary), (summary, set()))[1].add((site[3], site[4]))
+                self.missing.setdefault(id(summary), (summary, set()))[1].add((site[3], site[4], site[6]))
         return facts
 
     def summaries(self) -> list[dict[str, Any]]:
@@ -335,7 +350,7 @@ class ProjectIndex:
         if not found:
             return None
         home = self.function_path(qual)
-        return min(found, key=lambda r: (r.path != home,) + r.sort_key)
+        return min(found, key=lambda r: (not r.proven, r.path != home) + r.sort_key)
 
     def reasons(self, qual: str, needed: frozenset[str], depth: int = 0,
                 stack: tuple[str, ...] = (), visit: Callable[[str], None] | None = None) -> list[Reason]:
@@ -351,6 +366,9 @@ class ProjectIndex:
             out += self._repeated_calls(qual, facts, needed, sites)
             for summary, site, bound in sites:
                 out += self._site_reasons(qual, facts, needed, summary, site, bound, depth, stack, visit)
+            entry = self._entry_point(qual, facts, needed, sites)
+            if entry is not None:
+                out.append(entry)
         if visit is None:
             self._memo[key] = out
         return out
@@ -366,23 +384,24 @@ class ProjectIndex:
             if visit is not None and caller_qual and depth < MAX_CALLER_DEPTH and caller_qual not in stack:
                 self.reasons(caller_qual, frozenset(), depth + 1, stack + (qual,), visit)  # explore
             return []
-        loop, fn, step, guarded, _key = site_facts
+        loop, fn, step, guarded, _key, attrs = site_facts
         sources = _map_needed(facts, needed, bound, qual.endswith(".__init__"))
         if sources is None:
             return []
+        call = call_text(site[0], bound, _constructs(qual, site), site[6])
         if loop is not None and all(_loop_fact(loop, s) for s in sources):
-            return [Reason(loop[1], path, line, (loop[0],), call=call_text(site[0], bound, _constructs(qual, site)))]
-        if fn is None or guarded or caller_qual is None:
+            return [Reason(loop[1], path, line, (loop[0],), call=call)]
+        if fn is None or guarded or caller_qual is None or fn[3] is None:
             return []
-        deps: set[str] = set()
+        deps: set[str] = set(fn[3])
         for source in sources:
-            fact = _fn_fact(fn, source)
+            fact = _fn_fact(fn, source, attrs)
             if fact is None:
                 return []
             deps |= set(fact)
         caller_facts = self.function(caller_qual)
-        if step and caller_facts is not None and deps <= set(caller_facts[0][:1]):
-            return [Reason("step", path, line, call=call_text(site[0], bound, _constructs(qual, site)))]
+        if step and caller_facts is not None and all(_is_self(d) for d in deps):
+            return [Reason("step", path, line, call=call)]
         if depth >= MAX_CALLER_DEPTH or caller_qual in stack or caller_qual == qual:
             return []
         outer = self.reasons(caller_qual, frozenset(deps), depth + 1, stack + (qual,), visit)
@@ -391,17 +410,15 @@ class ProjectIndex:
     def _repeated_calls(self, qual: str, facts: list[Any], needed: frozenset[str], sites: list[Site]) -> list[Reason]:
         """Two or more calls in one file on the same object (or of a function
         whose target does not depend on its arguments)."""
-        positional = facts[0]
-        self_name = positional[0] if positional and facts[3] in ("m", "c") else None
-        if needed - ({self_name} if self_name else set()):
+        if any(not _is_self(n) for n in needed) or (needed and facts[3] not in ("m", "c")):
             return []
         groups: dict[tuple[str, str | None], list[tuple[dict[str, Any], list[Any]]]] = {}
         for summary, site, bound in sites:
             site_facts = self.site_facts(summary, site)
             if site_facts is None:
                 continue
-            _loop, fn, _step, guarded, key = site_facts
-            if fn is None or guarded:
+            _loop, fn, _step, guarded, key, _attrs = site_facts
+            if fn is None or guarded or fn[3] != []:
                 continue
             if needed:  # the same instance: a receiver both sites name the same way
                 if not bound or key is None or fn[0] is None:
@@ -413,8 +430,40 @@ class ProjectIndex:
                 lines = tuple(sorted(site[3] for _s, site in group))
                 first = group[0][1]
                 out.append(Reason("repeat", path, lines[0], lines,
-                                  call=call_text(first[0], first[1], _constructs(qual, first))))
+                                  call=call_text(first[0], first[1], _constructs(qual, first), first[6])))
         return out
+
+    def _entry_point(self, qual: str, facts: list[Any], needed: frozenset[str], sites: list[Site]) -> Reason | None:
+        """A reason that is not a call site: ``qual`` is an entry point its
+        users call, so it can run again with the same object: a public
+        method (or ``__call__``) of a public class whose target is the
+        object's own, the constructor of a public class whose target is an
+        argument, or a public function of a package that no checked file
+        calls, whose target is an argument."""
+        module, local = self._split(qual, "functions")
+        if module is None:
+            return None
+        parts = local.split(".")
+        kind, line = facts[3], facts[5]
+        path = self.modules[module]["path"]
+        if kind == "m" and len(parts) == 2 and not parts[0].startswith("_"):
+            name = parts[1]
+            if name == "__init__":
+                if needed and not any(_is_self(n) for n in needed):
+                    return Reason("constructor", path, line, call=f"{parts[0]}(...)")
+                return None
+            if name.startswith("_") and name != "__call__":
+                return None
+            if not needed or not all(_is_self(n) for n in needed):
+                return None
+            callers = [site[2] for summary, site, _b in sites if summary["module"] == module]
+            if callers and all(c in (f"{parts[0]}.__init__", f"{parts[0]}.__post_init__") for c in callers):
+                return None  # a set-up step its own constructor takes
+            return Reason("public", path, line, call=f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)")
+        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module and not sites \
+                and needed and not any(_is_self(n) for n in needed):
+            return Reason("function", path, line, call=f"{parts[0]}(...)")
+        return None
 
     # ------------------------------------------------------------ names
     def names_for(self, quals: Iterable[tuple[str, frozenset[str]]]) -> set[str]:
@@ -443,6 +492,10 @@ class ProjectIndex:
         return {n for n in names if n.isidentifier()}
 
 
+def _is_self(name: str) -> bool:
+    return name == "self" or name.startswith("self.")
+
+
 def _constructs(qual: str, site: list[Any]) -> bool:
     """Does the site construct an object (``Cls(...)`` reaching ``__init__``)?"""
     return qual.endswith(".__init__") and not site[0].endswith("__init__")
@@ -452,13 +505,18 @@ def _map_needed(facts: list[Any], needed: frozenset[str], bound: int, is_init: b
     """Where each needed parameter's value comes from at a call site:
     ("recv", None), ("param", (index, name, has_default)) or ("kw", name);
     None when unknown (a constructor's ``self`` is a new object each time)."""
-    positional, kwonly, n_defaults, kind, _spread = facts
+    positional, kwonly, n_defaults, kind, _spread, _line = facts
     if kind == "s":
         bound = 0
     elif kind == "c":
         bound = 1
     out: list[tuple[str, Any]] = []
     for name in sorted(needed):
+        if _is_self(name):
+            if not bound or is_init:
+                return None  # an unbound call, or a constructor's new object
+            out.append(("recv", name))
+            continue
         if name in positional:
             index = positional.index(name)
             if bound and index == 0:
@@ -500,9 +558,14 @@ def _loop_fact(loop: list[Any], source: tuple[str, Any]) -> bool:
     return fact is True or fact == []
 
 
-def _fn_fact(fn: list[Any], source: tuple[str, Any]) -> list[str] | None:
+def _fn_fact(fn: list[Any], source: tuple[str, Any], attrs: dict[str, Any]) -> list[str] | None:
     if source[0] == "recv":
-        return fn[0]
+        receiver, need = fn[0], source[1]
+        if need != "self" and receiver == ["self"]:
+            # the callee's `self.x` is the caller's own `self.x`: what the caller assigned to it, if it did
+            attr = need.partition(".")[2]
+            return attrs[attr] if attr in attrs else [need]
+        return receiver
     found, fact = _arg_fact(fn[1], fn[2], source)
     return fact if found else None
 
@@ -547,9 +610,9 @@ class ProjectView:
 
 
 def summarize_source(path: str, text: str, display_path: str,
-                     positions: Iterable[tuple[int, int]] | None = None) -> dict[str, Any] | None:
+                     positions: Iterable[tuple[int, int, str]] | None = None) -> dict[str, Any] | None:
     """The call-graph summary of a file the rules do not check (None when it
-    does not parse), with the facts of the sites at ``positions`` (line, column)."""
+    does not parse), with the facts of the sites at ``positions`` (line, column, via)."""
     import ast
     import warnings
 
@@ -571,8 +634,8 @@ def summarize_source(path: str, text: str, display_path: str,
         summary = summarizer.summary()
         wanted = set(positions or ())
         for site in summary["sites"]:
-            if (site[3], site[4]) in wanted:
-                site[5] = summarizer.site_facts(site[3], site[4])
+            if (site[3], site[4], site[6]) in wanted:
+                site[5] = summarizer.site_facts(site[3], site[4], site[6])
         return summary
     except RecursionError:
         return None
