@@ -15,7 +15,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origi
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
-from hooklint.static.handles import destination
+from hooklint.static.handles import RemovalFlow, destination
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
@@ -1079,6 +1079,7 @@ class HookLeak(Rule):
             finding = analysis.check(self, reg)
             if finding is not None:
                 yield finding
+        yield from analysis.unprotected_removals(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -1140,6 +1141,49 @@ class _LeakAnalysis:
         if not proven:
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
+
+    def unprotected_removals(self, rule: Rule) -> Iterable[Finding]:
+        """Hooks on the caller's modules removed after the caller's code ran,
+        outside a ``finally``: when that code raises, they stay (a warning)."""
+        ctx = self.ctx
+        if "." not in ctx.module:
+            return  # a script: the library API of a package is what callers retry after an error
+        candidates: dict[int, ast.AST] = {}
+        for call in ctx.model.calls_of_method("remove"):
+            func = function_of(call)
+            if isinstance(func, FunctionNode):
+                candidates[id(func)] = func
+                cls = ctx.model.enclosing_class(func)
+                if cls is not None and func in cls.methods.values():  # a helper: its callers in the class
+                    for method in cls.methods.values():
+                        candidates.setdefault(id(method), method)
+        flow = RemovalFlow(ctx)
+        for func in sorted(candidates.values(), key=lambda f: f.lineno):
+            name = getattr(func, "name", "_")
+            cls = ctx.model.enclosing_class(func)
+            if name.startswith("_") and name != "__call__" or (cls is not None and cls.name.startswith("_")) \
+                    or function_of(func) is not None:
+                continue  # not an entry point of the package's API
+            for found in flow.unprotected(func):
+                regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
+                        and self._needed(r, function_of(r.call)) is not None]
+                if not regs:
+                    continue
+                first = regs[0]
+                risky = src(found.risky.func)
+                removal = src(found.removal)
+                hooks = " and ".join(sorted({_hook_words(r) for r in regs}))
+                message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
+                           f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: it "
+                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module, "
+                           f"and every later call adds more")
+                yield rule.finding(
+                    ctx, found.removal, message,
+                    help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
+                    related=[Related("the hook is registered here", ctx.display_path, ctx.span(r.call)[0])
+                             for r in regs[:3]]
+                    + [Related("this call can raise", ctx.display_path, ctx.span(found.risky)[0])],
+                ).with_changes(severity=Severity.WARNING)
 
     def _needed(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """The parameters of ``unit`` that must be the same for the registration

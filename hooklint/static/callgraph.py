@@ -303,11 +303,11 @@ class Dependence:
                               + [self.of(a, unit, depth + 1, self_free) for a in args])
             if isinstance(func, ast.Attribute) and func.attr in RETURNS_SELF:
                 return self.of(func.value, unit, depth + 1, self_free)
-            if isinstance(func, ast.Name):
-                return self._local_call(expr, unit, depth, self_free)
             if isinstance(func, ast.Name) and func.id in _PASS_THROUGH_BUILTINS and \
                     self.model.qualify(func) == f"builtins.{func.id}":
                 return _union(self.of(a, unit, depth + 1, self_free) for a in args)
+            if isinstance(func, ast.Name):
+                return self._local_call(expr, unit, depth, self_free)
         return None
 
     def behaviour(self, expr: ast.AST, unit: ast.AST, depth: int = 0) -> frozenset[str] | None:
@@ -516,11 +516,10 @@ class Guards:
                 guard_names = guard_names | names_stored_in(unit.target)
             guard_attrs = units.attributes(unit) | self.attributes_set_outside_init()
             found = False
-            for sub in executed_nodes(test):
+            for sub in _flag_reads(test):
                 if isinstance(sub, ast.Name) and sub.id in guard_names \
                         or isinstance(sub, ast.Attribute) and sub.attr in guard_attrs \
-                        or isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) \
-                        and sub.func.id in ("hasattr", "getattr"):
+                        or isinstance(sub, ast.Call):
                     found = True
                     break
             self._guard_like[key] = found
@@ -541,6 +540,27 @@ class Guards:
                     found |= by_function.get(id(func), set())
             self._set_outside_init = found
         return self._set_outside_init
+
+
+def _flag_reads(test: ast.AST) -> list[ast.AST]:
+    """What a condition tests as a flag: the names and attributes it reads as
+    a whole (``self._handle is None``, ``not self.hooked``, ``step == 0``,
+    ``name in self._hooks``) and its ``hasattr``/``getattr`` calls; not what
+    it computes with (``"inception" in self.model.__class__.__name__.lower()``
+    is a check of the input, not a flag)."""
+    if isinstance(test, ast.BoolOp):
+        return [r for value in test.values for r in _flag_reads(value)]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _flag_reads(test.operand)
+    if isinstance(test, ast.Compare):
+        return [r for operand in [test.left] + list(test.comparators) for r in _flag_reads(operand)]
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Subscript)):
+        return [test.value if isinstance(test, ast.Subscript) else test]
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("hasattr", "getattr"):
+        return [test]
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("len", "bool", "any", "all"):
+        return [r for arg in test.args for r in _flag_reads(arg)]
+    return []
 
 
 def _inner_loop_targets(unit: ast.AST) -> set[str]:

@@ -213,3 +213,297 @@ def method_of(node: ast.AST) -> ast.AST | None:
 def self_name(func: ast.AST) -> str | None:
     params = positional_params(func)
     return params[0] if params else None
+
+
+# ------------------------------------------------------------ unprotected removals
+
+StorageKey = tuple  # ("name", id(binding)) | ("local", id(binding)) | ("self", id(class), attr)
+
+
+@dataclass(frozen=True)
+class UnprotectedRemoval:
+    """Hooks registered, then code that can raise, then ``remove()``, with no
+    ``finally`` to remove them when it raises."""
+
+    removal: ast.AST  # the `remove()` call, or the call of the helper that removes
+    registrations: tuple["Registration", ...]
+    risky: ast.Call  # the call between them that runs the caller's code
+    function: ast.AST
+
+
+class RemovalFlow:
+    """Pairs, in one function, the statement that registers hooks (directly,
+    through a method of the class, a nested function or ``module.apply``)
+    with the later statement that removes them, by where the handles are
+    kept: a local name, a local list or dict, or an attribute of ``self``."""
+
+    def __init__(self, ctx: "FileContext"):
+        self.ctx = ctx
+        self._by_function: dict[int, list["Registration"]] = {}
+        for reg in ctx.hooks.registrations:
+            func = function_of(reg.call)
+            self._by_function.setdefault(id(func), []).append(reg)
+        self._helper_regs: dict[int, list[tuple[StorageKey, "Registration"]]] = {}
+        self._helper_removals: dict[int, set[StorageKey]] = {}
+
+    # ------------------------------------------------------------ storage
+    def registration_storage(self, reg: "Registration") -> StorageKey | None:
+        dest = destination(self.ctx, reg)
+        if dest.kind in ("attribute", "container") and dest.owner is not None:
+            return ("self", id(dest.owner), dest.attr)
+        node: ast.AST = reg.call
+        parent = getattr(node, "_hl_parent", None)
+        while isinstance(parent, (ast.Tuple, ast.List, ast.ListComp, ast.comprehension)):
+            node, parent = parent, getattr(parent, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+            target = parent.targets[0]
+            if isinstance(target, ast.Name):
+                return self._name_key(target, "name" if node is reg.call else "local")
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                return self._name_key(target.value, "local")
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
+                and parent.func.attr in _STORE_METHODS and isinstance(parent.func.value, ast.Name):
+            return self._name_key(parent.func.value, "local")
+        return None
+
+    def _name_key(self, name: ast.Name, kind: str) -> StorageKey | None:
+        model = self.ctx.model
+        if isinstance(name.ctx, ast.Store):
+            found = model.lookup(name.id, model.scope_of(name))
+            binding = next((b for b in found if b.node is getattr(name, "_hl_parent", None)
+                            or b.node is getattr(getattr(name, "_hl_parent", None), "_hl_parent", None)), None)
+            return (kind, id(binding)) if binding is not None else None
+        bindings = model.bindings_at(name) or model.lookup(name.id, model.scope_of(name))
+        if not bindings:
+            return None
+        if kind == "local":
+            # a container: the binding that created it (`handles = []`), wherever it is read from
+            created = [b for b in bindings if b.kind == "assign"]
+            return ("local", id(created[0])) if len(created) == 1 else None
+        return (kind, id(bindings[0])) if len(bindings) == 1 else None
+
+    def removal_storage(self, call: ast.Call) -> StorageKey | None:
+        """Where the handles a ``<expr>.remove()`` call removes are kept."""
+        expr = call.func.value  # type: ignore[attr-defined]
+        while isinstance(expr, ast.Subscript):
+            expr = expr.value
+        found = self_attribute(self.ctx, expr)
+        if found is not None:
+            return ("self", id(found[0]), found[1])
+        if not isinstance(expr, ast.Name):
+            return None
+        bindings = self.ctx.model.bindings_at(expr)
+        if len(bindings) != 1:
+            return None
+        b = bindings[0]
+        if b.kind == "assign" and not b.path:
+            return ("name", id(b))
+        if b.kind == "for" and isinstance(b.value, ast.AST):
+            iterable = _container_of(b.value)
+            found = self_attribute(self.ctx, iterable)
+            if found is not None:
+                return ("self", id(found[0]), found[1])
+            if isinstance(iterable, ast.Name):
+                return self._name_key(iterable, "local")
+        return None
+
+    # ------------------------------------------------------------ statements
+    def registered_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
+        out: list[tuple[StorageKey, "Registration"]] = []
+        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
+            return out  # a definition does not run its body
+        for node in executed_nodes(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            for reg in self._by_function.get(id(func), ()):
+                if reg.call is node:
+                    key = self.registration_storage(reg)
+                    if key is not None:
+                        out.append((key, reg))
+            helper = self._helper(node, func)
+            if helper is not None:
+                out += self._registrations_of_helper(helper)
+        return out
+
+    def removed_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, ast.AST]]:
+        out: list[tuple[StorageKey, ast.AST]] = []
+        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
+            return out
+        for node in executed_nodes(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "remove" and not node.args:
+                key = self.removal_storage(node)
+                if key is not None:
+                    out.append((key, node))
+            helper = self._helper(node, func)
+            if helper is not None:
+                out += [(key, node) for key in self._removals_of_helper(helper)]
+        return out
+
+    def _helper(self, call: ast.Call, func: ast.AST) -> ast.AST | None:
+        """The function of this file a call runs: ``self._register()``, a nested
+        function, a local function, or the ``fn`` of ``module.apply(fn)``."""
+        target: ast.AST = call.func
+        if isinstance(target, ast.Attribute) and target.attr == "apply" and len(call.args) == 1:
+            target = call.args[0]
+        model = self.ctx.model
+        if isinstance(target, ast.Name):
+            bindings = model.bindings_at(target)
+            if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
+                return bindings[0].node
+            return None
+        found = self_attribute(self.ctx, target) if isinstance(target, ast.Attribute) else None
+        if found is not None:
+            return found[0].method(found[1])
+        return None
+
+    def _registrations_of_helper(self, helper: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
+        if id(helper) not in self._helper_regs:
+            self._helper_regs[id(helper)] = []
+            found = []
+            for reg in self._by_function.get(id(helper), ()):
+                key = self.registration_storage(reg)
+                if key is not None:
+                    found.append((key, reg))
+            self._helper_regs[id(helper)] = found
+        return self._helper_regs[id(helper)]
+
+    def _removals_of_helper(self, helper: ast.AST) -> set[StorageKey]:
+        if id(helper) not in self._helper_removals:
+            self._helper_removals[id(helper)] = set()
+            keys = set()
+            for node in executed_nodes(helper):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remove" \
+                        and not node.args:
+                    key = self.removal_storage(node)
+                    if key is not None and key[0] == "self":
+                        keys.add(key)
+            self._helper_removals[id(helper)] = keys
+        return self._helper_removals[id(helper)]
+
+    # ------------------------------------------------------------ the check
+    def unprotected(self, func: ast.AST) -> list[UnprotectedRemoval]:
+        out = []
+        for block in _blocks(func):
+            registered: list[tuple[int, StorageKey, "Registration"]] = []
+            for index, stmt in enumerate(block):
+                for key, node in self.removed_in(stmt, func):
+                    regs = tuple(reg for _i, k, reg in registered if k == key)
+                    if not regs:
+                        continue
+                    first = min(i for i, k, _r in registered if k == key)
+                    risky = self._risky_call(block[first + 1:index + 1], func, stop=node)
+                    if risky is not None and not _protected(self, node, risky, func, key):
+                        out.append(UnprotectedRemoval(node, regs, risky, func))
+                    registered = [entry for entry in registered if entry[1] != key]
+                for key, reg in self.registered_in(stmt, func):
+                    registered.append((index, key, reg))
+        return out
+
+    def _risky_call(self, stmts: list[ast.stmt], func: ast.AST, stop: ast.AST) -> ast.Call | None:
+        """A call that runs the caller's code (its model, a function it
+        passed) between the registration and the removal."""
+        arguments = _all_params(func)
+        params = {a.arg for a in arguments}
+        self_name = arguments[0].arg if arguments and is_self_param(self.ctx.model, arguments[0]) else None
+        cls = self.ctx.model.enclosing_class(func)
+        for stmt in stmts:
+            for node in executed_nodes(stmt):
+                if node is stop:
+                    return None
+                if isinstance(node, ast.Call) and _runs_callers_code(node, params, self_name, cls):
+                    return node
+        return None
+
+
+def _container_of(iterable: ast.AST) -> ast.AST:
+    """``handles``, ``handles.values()``, ``list(handles)``... -> ``handles``."""
+    while True:
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+                and iterable.func.attr in ("values", "items", "copy", "keys") and not iterable.args:
+            iterable = iterable.func.value
+        elif isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+                and iterable.func.id in ("list", "tuple", "reversed", "sorted") and len(iterable.args) == 1:
+            iterable = iterable.args[0]
+        else:
+            return iterable
+
+
+# Parameter and attribute names that hold the caller's model or a function to run.
+_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "module", "callable", "closure", "step")
+
+
+def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
+    """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
+    ``self.forward_func(...)``, or a call handed a function or model to run
+    (``_run_forward(forward_fn, inputs)``); not ``model.eval()``."""
+    def given(expr: ast.AST) -> bool:
+        if isinstance(expr, ast.Name):
+            return expr.id in params and expr.id != self_name
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name:
+            return cls is None or cls.method(expr.attr) is None  # an attribute it was given, not a method
+        return False
+
+    func = call.func
+    if given(func):
+        return True
+    if isinstance(func, ast.Attribute) and func.attr == "forward" and given(func.value):
+        return True
+    for arg in list(call.args) + [k.value for k in call.keywords]:
+        name = arg.id if isinstance(arg, ast.Name) else arg.attr if isinstance(arg, ast.Attribute) else ""
+        if given(arg) and any(word in name.lower() for word in _CALLABLE_WORDS):
+            return True
+    return False
+
+
+def _protected(flow: RemovalFlow, removal: ast.AST, risky: ast.AST, func: ast.AST, key: StorageKey) -> bool:
+    """Is the removal in a ``finally`` or an ``except`` block, or does a
+    ``try`` around the risky call remove the same handles in its ``finally``
+    or a handler?"""
+    child: ast.AST = removal
+    cur = getattr(removal, "_hl_parent", None)
+    while cur is not None and cur is not func:
+        if isinstance(cur, ast.Try) and child in cur.finalbody:
+            return True
+        if isinstance(cur, ast.ExceptHandler):
+            return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    cur = getattr(risky, "_hl_parent", None)
+    child = risky
+    while cur is not None and cur is not func:
+        if isinstance(cur, ast.Try) and child in cur.body:
+            for stmt in list(cur.finalbody) + [s for h in cur.handlers for s in h.body]:
+                if any(k == key for k, _n in flow.removed_in(stmt, func)):
+                    return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return False
+
+
+def _blocks(func: ast.AST) -> Iterator[list[ast.stmt]]:
+    """Every statement list in a function, not in nested functions or classes."""
+    stack = [func]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
+                if isinstance(block[0], ast.stmt):
+                    yield block
+                for child in block:
+                    if not isinstance(child, FunctionNode + (ast.ClassDef,)):
+                        stack.append(child)
+        if isinstance(node, ast.Match):
+            for case in node.cases:
+                yield case.body
+                stack.extend(case.body)
+
+
+def _all_params(func: ast.AST) -> list[ast.arg]:
+    args = func.args  # type: ignore[attr-defined]
+    out = list(args.posonlyargs) + list(args.args) + list(args.kwonlyargs)
+    if args.vararg:
+        out.append(args.vararg)
+    if args.kwarg:
+        out.append(args.kwarg)
+    return out
