@@ -1146,7 +1146,7 @@ class _LeakAnalysis:
         """Hooks on the caller's modules removed after the caller's code ran,
         outside a ``finally``: when that code raises, they stay (a warning)."""
         ctx = self.ctx
-        if "." not in ctx.module:
+        if "." not in ctx.module or _is_script(ctx.tree):
             return  # a script: the library API of a package is what callers retry after an error
         candidates: dict[int, ast.AST] = {}
         for call in ctx.model.calls_of_method("remove"):
@@ -1159,11 +1159,8 @@ class _LeakAnalysis:
                         candidates.setdefault(id(method), method)
         flow = RemovalFlow(ctx)
         for func in sorted(candidates.values(), key=lambda f: f.lineno):
-            name = getattr(func, "name", "_")
-            cls = ctx.model.enclosing_class(func)
-            if name.startswith("_") and name != "__call__" or (cls is not None and cls.name.startswith("_")) \
-                    or function_of(func) is not None:
-                continue  # not an entry point of the package's API
+            if function_of(func) is not None:
+                continue  # a nested function: its own caller decides
             for found in flow.unprotected(func):
                 regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
                         and self._needed(r, function_of(r.call)) is not None]
@@ -1356,6 +1353,15 @@ class _LeakAnalysis:
                     continue
                 return True
         return False
+
+
+def _is_script(tree: ast.Module) -> bool:
+    """A file with an ``if __name__ == "__main__":`` block (a conversion script in a package)."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name) \
+                and stmt.test.left.id == "__name__":
+            return True
+    return False
 
 
 def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:

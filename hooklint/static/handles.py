@@ -430,19 +430,31 @@ def _container_of(iterable: ast.AST) -> ast.AST:
             return iterable
 
 
-# Parameter and attribute names that hold the caller's model or a function to run.
-_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "module", "callable", "closure", "step")
+# Parameter and attribute names that hold the caller's model or a function to
+# run, when handed to another call (`_run_forward(forward_fn, inputs)`); not
+# data about it (`additional_forward_args`, `module_name`).
+_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
+_DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
 
 
 def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
     """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
     ``self.forward_func(...)``, or a call handed a function or model to run
     (``_run_forward(forward_fn, inputs)``); not ``model.eval()``."""
+    def callable_name(name: str) -> bool:
+        name = name.lower()
+        return any(w in name for w in _CALLABLE_WORDS) and not any(w in name for w in _DATA_WORDS)
+
     def given(expr: ast.AST) -> bool:
         if isinstance(expr, ast.Name):
             return expr.id in params and expr.id != self_name
         if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name:
-            return cls is None or cls.method(expr.attr) is None  # an attribute it was given, not a method
+            # an attribute the object was given (`self.model = model`, maybe in a base
+            # class of another file), not a method
+            return cls is not None and cls.method(expr.attr) is None \
+                and (bool(cls.attribute(expr.attr)) or callable_name(expr.attr))
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in params:
+            return callable_name(expr.attr)  # `explainer.model(...)`
         return False
 
     func = call.func
@@ -452,7 +464,7 @@ def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, 
         return True
     for arg in list(call.args) + [k.value for k in call.keywords]:
         name = arg.id if isinstance(arg, ast.Name) else arg.attr if isinstance(arg, ast.Attribute) else ""
-        if given(arg) and any(word in name.lower() for word in _CALLABLE_WORDS):
+        if given(arg) and callable_name(name):
             return True
     return False
 
