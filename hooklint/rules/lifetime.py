@@ -1146,8 +1146,8 @@ class _LeakAnalysis:
         """Hooks on the caller's modules removed after the caller's code ran,
         outside a ``finally``: when that code raises, they stay (a warning)."""
         ctx = self.ctx
-        if "." not in ctx.module or _is_script(ctx.tree):
-            return  # a script: the library API of a package is what callers retry after an error
+        if "." not in ctx.module or _is_script(ctx.tree) or _is_test_file(ctx.path):
+            return  # a script or a test: the library API of a package is what callers retry after an error
         candidates: dict[int, ast.AST] = {}
         for call in ctx.model.calls_of_method("remove"):
             func = function_of(call)
@@ -1162,8 +1162,9 @@ class _LeakAnalysis:
             if function_of(func) is not None:
                 continue  # a nested function: its own caller decides
             for found in flow.unprotected(func):
+                # the module outlives the call: the caller's (not one the function builds)
                 regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
-                        and self._needed(r, function_of(r.call)) is not None]
+                        and self.dependence.of(r.receiver, function_of(r.call)) is not None]
                 if not regs:
                     continue
                 first = regs[0]
@@ -1353,6 +1354,12 @@ class _LeakAnalysis:
                     continue
                 return True
         return False
+
+
+def _is_test_file(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") \
+        or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py"
 
 
 def _is_script(tree: ast.Module) -> bool:

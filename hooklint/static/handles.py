@@ -435,6 +435,7 @@ def _container_of(iterable: ast.AST) -> ast.AST:
 # data about it (`additional_forward_args`, `module_name`).
 _CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
 _DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
+_CLEANUP_CALLS = ("remove", "del", "clear", "reset", "restore", "undo", "close", "detach")
 
 
 def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
@@ -458,6 +459,9 @@ def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, 
         return False
 
     func = call.func
+    called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower().strip("_")
+    if called.split("_")[0] in _CLEANUP_CALLS:
+        return False  # tidying up after the run (`self.remove_attributes(self.model)`)
     if given(func):
         return True
     if isinstance(func, ast.Attribute) and func.attr == "forward" and given(func.value):

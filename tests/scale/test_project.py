@@ -216,3 +216,23 @@ def test_a_package_with_relative_imports_and_a_re_export(tmp_path, monkeypatch):
     assert [(f.path, f.location.row) for f in found] == [(os.path.join("camlib", "base.py"), 5)]
     message = found[0].message
     assert "`GradCAM.__init__`" in message and "demo.py:5" in message, message
+
+
+def test_the_project_fixture_separates_proven_leaks_from_entry_points(monkeypatch):
+    """Errors where a call in the project repeats the registration; warnings
+    where only an entry point (a constructor, a public method or function of
+    the package) could, and where only an exception would leave the hooks."""
+    from tests.conftest import FIXTURES
+
+    folder = FIXTURES / "projects" / "attribution"
+    monkeypatch.chdir(folder)
+    report, _ = check(folder, cache=False)
+    severities = {(f.path, f.location.row): f.severity.value for f in report.findings if f.code == "HKL304"}
+    errors = {key for key, value in severities.items() if value == "error"}
+    warnings = {key for key, value in severities.items() if value == "warning"}
+    assert errors == {("explain/cam.py", 12), ("explain/cam.py", 13), ("explain/features.py", 8),
+                      ("explain/guided.py", 14)}
+    assert warnings == {("explain/probe.py", 10), ("explain/probe.py", 34), ("explain/probe.py", 42)}
+    by_line = {f.location.row: f.message for f in report.findings if f.path == "explain/probe.py"}
+    assert "only when `model(...)` at line 9 returns" in by_line[10]
+    assert "every new object, `ActivationMonitor(...)`" in by_line[42]
