@@ -121,6 +121,49 @@ def test_the_correct_variants_leave_no_hook(evaluate):
     assert all(len(m._forward_hooks) == 0 and len(m._backward_hooks) == 0 for m in model.modules())
 
 
+def test_a_hook_removed_only_when_the_model_does_not_raise_stays_after_an_error(evaluate):
+    """explain/probe.py: `layer_output` removes its hook after the forward, not in a `finally`."""
+    probe = runpy.run_path(str(PROJECT / "explain" / "probe.py"))
+
+    class Flaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(2, 2)
+
+        def forward(self, x):
+            y = self.layer(x)
+            if x.shape[0] > 1:
+                raise ValueError("batch too large")
+            return y
+
+    model = Flaky()
+    for attempt in range(3):
+        with pytest.raises(ValueError):
+            probe["layer_output"](model, model.layer, torch.ones(2, 2))
+    assert len(model.layer._forward_hooks) == 3, "each failed call left its hook on the caller's layer"
+    fine = Flaky()
+    for attempt in range(3):
+        with pytest.raises(ValueError):
+            probe["layer_output_safely"](fine, fine.layer, torch.ones(2, 2))
+        with pytest.raises(ValueError):
+            probe["layer_output_with"](fine, fine.layer, torch.ones(2, 2))
+    assert not fine.layer._forward_hooks, "`finally` and `with` remove it when the model raises"
+    assert torch.equal(probe["layer_output_safely"](fine, fine.layer, torch.ones(1, 2)),
+                       fine.layer(torch.ones(1, 2)))
+
+
+def test_an_object_that_keeps_its_handle_private_hooks_again_per_instance():
+    probe = runpy.run_path(str(PROJECT / "explain" / "probe.py"))
+    layer = nn.Linear(2, 2)
+    monitors = [probe["ActivationMonitor"](layer) for _ in range(3)]
+    assert len(layer._forward_hooks) == 3
+    closable = [probe["ClosableMonitor"](layer) for _ in range(3)]
+    for monitor in closable:
+        monitor.close()
+    assert len(layer._forward_hooks) == 3, "the closable ones are gone, the others stay"
+    del monitors
+
+
 # ------------------------------------------------------------------------- HKL305
 
 _HKL305 = runpy.run_path(str(FIXTURES / "rules" / "hkl305_shared_hook_handles.py"))
