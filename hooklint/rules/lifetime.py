@@ -828,10 +828,19 @@ class HookLeak(Rule):
     `model.named_modules()`): the call site must then pass the same object
     each time.
 
-    A public method (or `__call__`) that hooks its own object's module
-    (`self.model`) and drops the handle is reported as a *warning* even
-    when no second call is shown: every later call adds one more hook and
-    nothing can remove them.
+    Where no call in the checked files repeats it, an entry point that its
+    users call is reported as a *warning*: a public method (or `__call__`)
+    of a public class that hooks the object's own module (`self.model`), the
+    constructor of a public class that hooks a module it is given, and a
+    public function of a package that hooks its argument and that no
+    checked file calls.  Every further call adds one more hook and nothing
+    can remove them.
+
+    In a package's code (not in its tests or `__main__` scripts), hooks
+    registered on a module the caller owns and removed after the caller's
+    code ran (`model(x)`, a `forward_fn` it passed), outside a `finally`,
+    are reported as a *warning* too: when that code raises, the hooks stay
+    on the caller's module and each retry adds more.
 
     ## Why is this bad?
     Every registration adds one more hook; the old ones stay.  After N
@@ -858,8 +867,12 @@ class HookLeak(Rule):
     re-exports, constructors, methods of instances whose class the file shows
     (`cam = GradCAM(...)`, a parameter annotated with the class) and
     `super()`; a call through an object of unknown class is not followed.
-    A public function that hooks its argument and drops the handle is not
-    reported unless a call that repeats it is shown.
+    A handle kept in a public attribute (`self.handles`) of an entry point
+    counts as removable by the object's users.  A removal is paired with
+    its registration through local names, lists and dicts, attributes of
+    `self` and the methods of the class that register or remove them; a
+    pairing through other objects (a helper class's `add_hook`/`reset_hooks`)
+    is not seen.
 
     ## Example
     ```python
