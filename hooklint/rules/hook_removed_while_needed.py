@@ -7,7 +7,7 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Location, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.callgraph import is_step_method
+from hooklint.static.callgraph import SELF, is_step_method
 from hooklint.static.context import FileContext
 from hooklint.static.handles import Removal, destination, removals
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
@@ -271,9 +271,8 @@ class HookRemovedWhileNeeded(Rule):
             return None
         if is_step_method(ctx.model, method):
             return method, f"torch calls `{cls.name}.{name}` on every step", True
-        self_param = (method.args.posonlyargs + method.args.args)[:1]  # type: ignore[attr-defined]
-        reason = ctx.project.first_reason(qual, {self_param[0].arg} if self_param else set())
-        if reason is not None:
+        reason = ctx.project.first_reason(qual, {SELF})
+        if reason is not None and reason.proven:
             return method, reason.describe(ctx.display_path), True
         what = "`__call__`" if name == "__call__" else "a public method"
         return method, (f"{what} of `{cls.name}`, so it can be called again; nothing in the checked files "
