@@ -1297,8 +1297,9 @@ class _LeakAnalysis:
                 continue
             if ctx.model.scope_of(node) is not scope:
                 return None  # used by a nested function: it may remove it
-            if binding not in ctx.model.bindings_at(node):
-                continue
+            if binding not in ctx.model.bindings_at(node) and \
+                    (node.lineno <= binding.lineno or not _other_branch(ctx, node, binding)):
+                continue  # another binding of the name, in straight-line code
             parent = getattr(node, "_hl_parent", None)
             call = getattr(parent, "_hl_parent", None)
             if isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call) \
@@ -1367,6 +1368,25 @@ class _LeakAnalysis:
                     continue
                 return True
         return False
+
+
+def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:
+    """Can ``binding`` reach ``use`` although another binding comes between them
+    in the text (``if d == "fwd": h = ... elif ...: h = ...``, then ``use(h)``)?
+    True when the bindings in between are all in branches (if/try) that do not
+    hold ``binding`` itself."""
+    others = [b for b in ctx.model.bindings_at(use) if b is not binding]
+    for other in others:
+        cur = getattr(other.node, "_hl_parent", None)
+        in_branch = False
+        while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            if isinstance(cur, (ast.If, ast.Try, ast.Match)) and not contains(cur, binding.node):
+                in_branch = True
+                break
+            cur = getattr(cur, "_hl_parent", None)
+        if not in_branch:
+            return False
+    return True
 
 
 def _is_test_file(path: str) -> bool:

@@ -25,6 +25,9 @@ from typing import Any, Callable, Iterable
 
 # How deep a chain of callers is followed.
 MAX_CALLER_DEPTH = 4
+# A class with more subclasses than this is a framework's base class (every
+# model component of a library): the callers of its subclasses are not searched.
+MAX_SUBCLASS_NAMES = 16
 _KIND_RANK = {"loop": 0, "comprehension": 0, "step": 1, "repeat": 2}
 # Reasons that are not a call shown in the checked files: the function is an
 # entry point that users call (the rules report them at a lower severity).
@@ -381,9 +384,7 @@ class ProjectIndex:
         caller_qual = f"{summary['module']}.{caller}" if caller else None
         site_facts = self.site_facts(summary, site)
         if site_facts is None:
-            if visit is not None and caller_qual and depth < MAX_CALLER_DEPTH and caller_qual not in stack:
-                self.reasons(caller_qual, frozenset(), depth + 1, stack + (qual,), visit)  # explore
-            return []
+            return []  # its facts are computed first; the callers are followed once they are known
         loop, fn, step, guarded, _key, attrs = site_facts
         sources = _map_needed(facts, needed, bound, qual.endswith(".__init__"))
         if sources is None:
@@ -488,7 +489,9 @@ class ProjectIndex:
                 continue  # a method of a nested class: not reachable from another file
             cls = f"{module}.{parts[0]}"
             names.add(parts[0])
-            names.update(sub.rsplit(".", 1)[-1] for sub in self.subclasses(cls))
+            subclasses = self.subclasses(cls)
+            if len(subclasses) <= MAX_SUBCLASS_NAMES:  # a framework's base class: its users are not followed
+                names.update(sub.rsplit(".", 1)[-1] for sub in subclasses)
         return {n for n in names if n.isidentifier()}
 
 
