@@ -25,7 +25,7 @@ from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text
-from hooklint.static.project import ProjectIndex, parse_key, summarize_source
+from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
 from hooklint.static.source import SourceError, decode_source, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
@@ -149,7 +149,7 @@ def scan_task(index: int, path: str, names: tuple[str, ...], for_cache: bool) ->
         return ScanOutcome(index, None, record)
     try:
         text = decode_source(data)
-        summary = summarize_source(path, text, display_path(path))
+        summary = summarize_source(path, text, display_path(path), names)
     except SourceError:
         summary = None
     except Exception:  # noqa: BLE001 - a summary that cannot be made only loses call sites
@@ -175,18 +175,14 @@ def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ..
     sites on the chains of callers it follows; see ProjectIndex.missing)."""
     try:
         data, record = read_for_cache(path) if for_cache else (read_regular_file(path)[0], None)
-        summary = summarize_source(path, decode_source(data), display_path(path), positions)
+        facts = site_facts_of_source(path, decode_source(data), display_path(path), positions)
     except SourceError:
         return RefineOutcome(index, {}, None)
     except Exception:  # noqa: BLE001 - missing facts only lose call sites
         if os.environ.get("HOOKLINT_STRICT"):
             raise
         return RefineOutcome(index, {}, None)
-    if summary is None:
-        return RefineOutcome(index, {}, None)
-    wanted = set(positions)
-    return RefineOutcome(index, {(s[3], s[4], s[6]): s[5] for s in summary["sites"] if (s[3], s[4], s[6]) in wanted},
-                         record)
+    return RefineOutcome(index, facts or {}, record)
 
 
 # ---------------------------------------------------------------- workers

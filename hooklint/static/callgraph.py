@@ -672,6 +672,8 @@ class Summarizer:
         self.guards = Guards(model, units)
         self._qualnames: dict[int, str | None] = {}
         self._calls: dict[tuple[int, int], ast.Call] | None = None
+        self._roots: dict[tuple[int, str], str | None] = {}
+        self._callers: dict[int, str | None] = {}
 
     # ------------------------------------------------------------- names
     def qualname(self, node: ast.AST) -> str | None:
@@ -691,7 +693,15 @@ class Summarizer:
             cur = cur.value
         if not isinstance(cur, ast.Name) or not hasattr(cur, "_hl_scope"):
             return None
-        bindings = self.model.bindings_at(cur)
+        # a name bound once where it is defined (an import, a def, a class) means
+        # the same thing wherever it is read: resolved once per scope
+        key = (id(cur._hl_scope), cur.id)  # type: ignore[attr-defined]
+        cached = self._roots.get(key, False)
+        if cached is not False:
+            return None if cached is None else ".".join([cached] + parts[::-1])
+        found = self.model.lookup(cur.id, cur._hl_scope)  # type: ignore[attr-defined]
+        stable = len(found) == 1 and found[0].kind in ("import", "def", "class")
+        bindings = found if stable else self.model.bindings_at(cur)
         if not bindings:
             return None
         b = bindings[-1]
@@ -716,6 +726,8 @@ class Summarizer:
                 return None
         else:
             return None
+        if stable:
+            self._roots[key] = head
         return ".".join([head] + parts[::-1])
 
     # ----------------------------------------------------------- summary
@@ -758,9 +770,14 @@ class Summarizer:
         for calls in (self.model.name_calls, self.model.method_calls):
             for group in calls.values():
                 for call in group:
-                    for via, found in self._callees(call):
-                        func = function_of(call)
-                        caller = local_qualname(func) if isinstance(func, FunctionNode) else None
+                    callees = self._callees(call)
+                    if not callees:
+                        continue
+                    func = function_of(call)
+                    caller = self._callers.get(id(func), False)
+                    if caller is False:
+                        caller = self._callers[id(func)] = local_qualname(func) if isinstance(func, FunctionNode) else None
+                    for via, found in callees:
                         out.append([found[0], found[1], caller, call.lineno, call.col_offset,
                                     self.facts(call, found[2], via) if facts else None, via])
         out.sort(key=lambda s: (s[3], s[4], s[6], s[0]))

@@ -158,6 +158,8 @@ class ProjectIndex:
         self._sites: dict[str, list[Site]] = {}
         self._by_last: dict[str, list[tuple[dict[str, Any], list[Any]]]] | None = None
         self._children: dict[str, list[str]] | None = None
+        self._call_names: dict[str, set[str]] = {}
+        self._aliases: dict[str, set[str]] | None = None
 
     def site_facts(self, summary: dict[str, Any], site: list[Any]) -> list[Any] | None:
         facts = site[5]
@@ -319,6 +321,11 @@ class ProjectIndex:
         """The last names of the callees that can call ``qual``: its own name,
         for a constructor its class's and subclasses' names, and the names
         these are imported as elsewhere."""
+        if qual not in self._call_names:
+            self._call_names[qual] = self._find_call_names(qual)
+        return self._call_names[qual]
+
+    def _find_call_names(self, qual: str) -> set[str]:
         module, local = self._split(qual, "functions")
         if module is None:
             return set()
@@ -328,10 +335,16 @@ class ProjectIndex:
             cls = f"{module}.{parts[0]}"
             names.add(parts[0])
             names.update(sub.rpartition(".")[2] for sub in self.subclasses(cls))
-        for summary in self.summaries():
-            for alias, target in summary["imports"].items():
-                if target.rpartition(".")[2] in names:
-                    names.add(alias)
+        if self._aliases is None:
+            aliases: dict[str, set[str]] = {}
+            for summary in self.summaries():
+                for alias, target in summary["imports"].items():
+                    last = target.rpartition(".")[2]
+                    if alias != last:
+                        aliases.setdefault(last, set()).add(alias)
+            self._aliases = aliases
+        for name in list(names):
+            names |= self._aliases.get(name, set())
         return names
 
     @property
@@ -612,10 +625,33 @@ class ProjectView:
                 for summary, site, _bound in self._local.sites_of(qual)]
 
 
-def summarize_source(path: str, text: str, display_path: str,
-                     positions: Iterable[tuple[int, int, str]] | None = None) -> dict[str, Any] | None:
+def summarize_source(path: str, text: str, display_path: str, names: Iterable[str] = ()) -> dict[str, Any] | None:
     """The call-graph summary of a file the rules do not check (None when it
-    does not parse), with the facts of the sites at ``positions`` (line, column, via)."""
+    does not parse).  The sites whose callee spells one of ``names`` (the
+    names the file was searched for) get their facts now, while the syntax
+    tree is at hand; the others' are left to compute when needed."""
+    wanted = set(names)
+
+    def job(summarizer: Any) -> dict[str, Any]:
+        summary = summarizer.summary()
+        for site in summary["sites"]:
+            if wanted and wanted.intersection(site[0].replace(":", ".").split(".")):
+                site[5] = summarizer.site_facts(site[3], site[4], site[6])
+        return summary
+
+    return _with_summarizer(path, text, display_path, job)
+
+
+def site_facts_of_source(path: str, text: str, display_path: str,
+                         positions: Iterable[tuple[int, int, str]]) -> dict[tuple[int, int, str], Any] | None:
+    """The facts of the call sites at ``positions`` (line, column, via) of a
+    file, without summarizing the rest of it (None when it does not parse)."""
+    wanted = sorted(set(positions))
+    return _with_summarizer(path, text, display_path,
+                            lambda summarizer: {p: summarizer.site_facts(*p) for p in wanted})
+
+
+def _with_summarizer(path: str, text: str, display_path: str, job: Callable[[Any], Any]) -> Any:
     import ast
     import warnings
 
@@ -633,13 +669,7 @@ def summarize_source(path: str, text: str, display_path: str,
         return None
     model = SemanticModel(tree)
     try:
-        summarizer = Summarizer(model, Inference(model), path, display_path)
-        summary = summarizer.summary()
-        wanted = set(positions or ())
-        for site in summary["sites"]:
-            if (site[3], site[4], site[6]) in wanted:
-                site[5] = summarizer.site_facts(site[3], site[4], site[6])
-        return summary
+        return job(Summarizer(model, Inference(model), path, display_path))
     except RecursionError:
         return None
     finally:
