@@ -371,6 +371,8 @@ def _settle(outcome: Outcome, files: list[str], results: list[FileResult | None]
 # Rounds of the text search for callers: each round follows one more link of
 # a chain of callers that the files found so far show.
 MAX_SCAN_ROUNDS = 4
+# Names searched in one run at most (each one is a search of every file's text).
+MAX_SEARCHED_NAMES = 128
 
 
 class ProjectPass:
@@ -439,6 +441,8 @@ class ProjectPass:
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
             names = index.names_for(questions) - searched
+            if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
+                names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
             progress = self._refine(index)
             if not names or not pending:
                 if progress:

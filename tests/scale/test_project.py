@@ -236,3 +236,21 @@ def test_the_project_fixture_separates_proven_leaks_from_entry_points(monkeypatc
     by_line = {f.location.row: f.message for f in report.findings if f.path == "explain/probe.py"}
     assert "only when `model(...)` at line 9 returns" in by_line[10]
     assert "every new object, `ActivationMonitor(...)`" in by_line[42]
+
+
+def test_a_cached_caller_is_searched_again_for_a_new_name(tmp_path, monkeypatch):
+    """The cache knew `train.py` names none of the names searched in the first
+    run; the library then gains a class that `train.py` builds in a loop."""
+    monkeypatch.chdir(tmp_path)
+    library = textwrap.dedent(LIBRARY)
+    only_probe = library[library.index("def add_probe"):]
+    (tmp_path / "attribution.py").write_text(only_probe)
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT_IN_A_LOOP))
+    old_mtimes(tmp_path)
+    report, _ = check(tmp_path)
+    assert leaks(report) == [("attribution.py", 2, "error")]
+    (tmp_path / "attribution.py").write_text(library)
+    counters = Counters(monkeypatch)
+    report, _ = check(tmp_path)
+    assert "train.py" in counters.read
+    assert leaks(report) == [("attribution.py", 5, "error"), ("attribution.py", 12, "error")]
