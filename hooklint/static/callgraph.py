@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 2
+SUMMARY_FORMAT = 3
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -742,8 +742,13 @@ class Summarizer:
             if local is None:
                 continue
             args = func.args
+            kind = function_kind(func)
+            # what a public module-level function returns of its parameters (`return module`:
+            # a function that modifies a module and hands it back installs its hooks on purpose)
+            returned = _fact(self.dependence.returns(func)) if kind == "f" and "." not in local \
+                and not local.startswith("_") else None
             functions[local] = [positional_params(func), [a.arg for a in args.kwonlyargs], len(args.defaults),
-                                function_kind(func), bool(args.vararg or args.kwarg), func.lineno]
+                                kind, bool(args.vararg or args.kwarg), func.lineno, returned]
         classes: dict[str, list[str | None]] = {}
         for info in self.model.classes.values():
             local = local_qualname(info.node)

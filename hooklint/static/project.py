@@ -475,7 +475,7 @@ class ProjectIndex:
                 return None  # a set-up step its own constructor takes
             return Reason("public", path, line, call=f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)")
         if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module and not sites \
-                and needed and not any(_is_self(n) for n in needed):
+                and needed and not any(_is_self(n) for n in needed) and not set(facts[6] or ()) & needed:
             return Reason("function", path, line, call=f"{parts[0]}(...)")
         return None
 
@@ -521,7 +521,7 @@ def _map_needed(facts: list[Any], needed: frozenset[str], bound: int, is_init: b
     """Where each needed parameter's value comes from at a call site:
     ("recv", None), ("param", (index, name, has_default)) or ("kw", name);
     None when unknown (a constructor's ``self`` is a new object each time)."""
-    positional, kwonly, n_defaults, kind, _spread, _line = facts
+    positional, kwonly, n_defaults, kind, _spread, _line, _returns = facts
     if kind == "s":
         bound = 0
     elif kind == "c":
