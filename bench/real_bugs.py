@@ -96,10 +96,16 @@ class Case:
     source: str
     description: str
     fixed_path: str = ""
+    fixed_lines: tuple[tuple[int, int], ...] = ()
     needs: tuple[str, ...] = ()
 
     def on_lines(self, row: int) -> bool:
         return any(first <= row <= last for first, last in self.lines)
+
+    def on_fixed_lines(self, row: int) -> bool:
+        """In the fixed release: where the bug was (the whole file when the
+        data file does not narrow it down)."""
+        return not self.fixed_lines or any(first <= row <= last for first, last in self.fixed_lines)
 
 
 @dataclass(frozen=True)
@@ -169,11 +175,14 @@ def validate(raw: dict, known_codes: set[str] | None = None) -> list[str]:
             problems.append(f"{where}: fixed must be a version string or \"\"")
         if entry.get("fixed") and entry.get("fixed") == entry.get("buggy"):
             problems.append(f"{where}: fixed and buggy are the same version")
-        lines = entry.get("lines")
-        if lines is not None and (not isinstance(lines, list) or not lines or not all(
-                isinstance(r, list) and len(r) == 2 and all(isinstance(n, int) and n > 0 for n in r) and r[0] <= r[1]
-                for r in lines)):
-            problems.append(f"{where}: lines must be a non-empty list of [first, last] with 0 < first <= last")
+        for name in ("lines", "fixed_lines"):
+            lines = entry.get(name)
+            if lines is not None and (not isinstance(lines, list) or not lines or not all(
+                    isinstance(r, list) and len(r) == 2 and all(isinstance(n, int) and n > 0 for n in r)
+                    and r[0] <= r[1] for r in lines)):
+                problems.append(f"{where}: {name} must be a non-empty list of [first, last] with 0 < first <= last")
+        if ("fixed_lines" in entry or "fixed_path" in entry) and not entry.get("fixed"):
+            problems.append(f"{where}: fixed_lines / fixed_path without a fixed release")
         if "class" in entry and entry["class"] not in CLASSES:
             problems.append(f"{where}: unknown class {entry['class']!r}")
         expected = entry.get("expected")
@@ -237,7 +246,7 @@ def load_data(path: Path = DATA_FILE, known_codes: set[str] | None = None) -> Da
     cases = [Case(id=c["id"], package=c["package"], buggy=c["buggy"], fixed=c["fixed"], path=c["path"],
                   lines=tuple((a, b) for a, b in c["lines"]), bug_class=c["class"], expected=tuple(c["expected"]),
                   source=c["source"], description=c["description"].strip(), fixed_path=c.get("fixed_path", ""),
-                  needs=tuple(c.get("needs", ())))
+                  fixed_lines=tuple((a, b) for a, b in c.get("fixed_lines", ())), needs=tuple(c.get("needs", ())))
              for c in raw.get("case", [])]
     correct = [CorrectFile(id=c["id"], package=c["package"], version=c["version"], path=c["path"],
                            description=c["description"].strip(), accept=dict(c.get("accept", {})))
@@ -406,7 +415,7 @@ def score(data: Data, releases: dict[tuple[str, str], Release], cases: list[Case
             elif not file_exists(fixed, fixed_path):
                 result.fixed_status = "file absent"
             else:
-                leftovers = [f for f in findings_in(fixed, fixed_path)]
+                leftovers = [f for f in findings_in(fixed, fixed_path) if case.on_fixed_lines(f["location"]["row"])]
                 for f in leftovers:
                     if judge(case.package, case.fixed, f, "false") == "false":
                         fp_list.append((case.package, case.fixed, f, f"fixed release of {case.id}"))
