@@ -664,7 +664,12 @@ class ForwardBypassesHooks(Rule):
     ## Fix safety
     The fix replaces `module.forward(...)` with `module(...)`.  It is
     **unsafe**: the hooks registered on the module then run, which can change
-    the result (that is the point, but review it).
+    the result (that is the point, but review it).  A full backward hook on
+    the module then runs too, and if an in-place op modifies the module's
+    output (`nn.ReLU(inplace=True)` after it) the forward fails (HKL403):
+    when the graph analysis shows that, no fix is offered.  Without graph
+    facts hooklint cannot see it, and `--fix --verify` does not apply this
+    fix (no model run proves it).
 
     ## References
     - [`nn.Module.forward`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.forward):
@@ -788,7 +793,9 @@ class ForwardBypassesHooks(Rule):
             )
 
     @staticmethod
-    def _fix(ctx: FileContext, func: ast.Attribute) -> Fix:
+    def _fix(ctx: FileContext, func: ast.Attribute) -> Fix | None:
+        if _full_hook_breaks_call(ctx, func.value):
+            return None
         _start, receiver_end = ctx.span(func.value)
         _fstart, func_end = ctx.span(func)
         return Fix(
@@ -796,6 +803,27 @@ class ForwardBypassesHooks(Rule):
             edits=(Edit("", receiver_end, func_end),),
             applicability=Applicability.UNSAFE,
         )
+
+
+def _full_hook_breaks_call(ctx: FileContext, receiver: ast.AST) -> bool:
+    """Calling the module would run a full backward hook registered on it, and
+    the graph shows an in-place op on its output (or its input, inside it):
+    the forward would then fail ("Output 0 of BackwardHookFunction is a view
+    and is being modified inplace", HKL403), where `.forward(...)` ran."""
+    if ctx.graph is None:
+        return False
+    from hooklint.graph.link import modules_for
+
+    called = {(id(model), module.path) for model, module in modules_for(ctx, receiver)
+              if module.output_inplace is not None or module.input_inplace is not None}
+    if not called:
+        return False
+    for reg in ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
+        if reg.is_global:
+            return True
+        if any((id(model), module.path) in called for model, module in modules_for(ctx, reg.receiver)):
+            return True
+    return False
 
 
 def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:
