@@ -178,6 +178,8 @@ def plan_fix(ctx, text: str, finding: Finding) -> list[dict[str, Any]] | str:
         return "the registration passes no hook hooklint can see"
     if ctx.graph is None:
         return "the graph analysis did not run for this file, so no model is known"
+    if getattr(ctx.graph, "error", None):
+        return f"the graph analysis of this file failed ({ctx.graph.error})"
     pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
     if not pairs:
         return f"no model the graph analysis built contains `{reg.receiver_text}`"

@@ -421,7 +421,9 @@ def _prove(session, proof: dict[str, Any], guard, stage: Callable[[str], None]) 
 
     stage(f"proving the {label}: building {spec['source']}")
     seen: list = []
-    with spy(filename, rows, LEGACY_APIS, None, seen):  # is the registration part of building the model?
+    # Is the registration part of building the model?  Either way this
+    # instance has no hook of the user's: it is the reference.
+    with spy(filename, rows, LEGACY_APIS, None, seen):
         model = _build(original, spec, guard)
     in_build = bool(seen)
     inputs = example_inputs(model, spec)
@@ -440,8 +442,6 @@ def _prove(session, proof: dict[str, Any], guard, stage: Callable[[str], None]) 
     target_paths = sorted(targets)
 
     stage(f"proving the {label}: reference run")
-    with spy(filename, rows, LEGACY_APIS, None, []):
-        model = _build(original, spec, guard)
     truth, result = reference(model, inputs, {p: (model.get_submodule(p) if p else model) for p in target_paths},
                               guard)
     if result.error is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import enum
 import os
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
@@ -10,7 +11,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
-from hooklint.static.forward import ForwardAnalysis, is_legacy_safe_builtin
+from hooklint.static.forward import ForwardAnalysis, inplace_modules, is_legacy_safe_builtin
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.output_grad_hook import helper_source
 from hooklint.static.values import ModuleValue
@@ -194,17 +195,17 @@ class LegacyBackwardHook(Rule):
         """The full-hook rename where it keeps the code running, the output
         tensor-hook pattern where an in-place op may follow the module.
 
-        ===========================  ==================  =====================
-        the hook                     graph facts say     fix
-        ===========================  ==================  =====================
-        uses only grad_output,       no in-place op on   rename, safe
-        returns None                 the module's output
-        (same)                       an in-place op      pattern, safe
-        (same)                       nothing (static)    pattern, unsafe
-        reads grad_input, returns a  no in-place op      rename, unsafe
-        value, or is not visible     an in-place op      none
-                                     nothing (static)    rename, unsafe
-        ===========================  ==================  =====================
+        ===========================  ======================  ===============
+        the hook                     after the module        fix
+        ===========================  ======================  ===============
+        uses only grad_output,       graph: no in-place op   rename, safe
+        returns None                 graph: an in-place op   pattern, safe
+        (same)                       source: in-place op,    pattern, unsafe
+                                     or nothing known
+        reads grad_input, returns a  graph: no in-place op   rename, unsafe
+        value, or is not visible     in-place (graph/source) none
+                                     nothing known           rename, unsafe
+        ===========================  ======================  ===============
         """
         func = reg.call.func
         if not isinstance(func, ast.Attribute):
@@ -214,9 +215,9 @@ class LegacyBackwardHook(Rule):
             gi = reg.param("grad_input")
             output_only = gi is not None and not name_uses(reg.hook.node, gi) and returns_nothing(reg.hook.node)
         inplace = _inplace_after(ctx, reg)
-        if output_only and inplace is not False:
-            return _output_hook_fix(ctx, reg, func, safe=inplace is True)
-        if inplace is True:
+        if output_only and inplace is not _Inplace.NONE_IN_GRAPH:
+            return _output_hook_fix(ctx, reg, func, safe=inplace is _Inplace.IN_GRAPH)
+        if inplace in (_Inplace.IN_GRAPH, _Inplace.IN_SOURCE):
             return None  # a full hook would break the forward; the pattern cannot carry grad_input or a return
         new_name = "register_full_backward_hook" if reg.method_name == "register_backward_hook" \
             else "register_module_full_backward_hook"
@@ -224,29 +225,52 @@ class LegacyBackwardHook(Rule):
         return Fix(
             message=f"Replace `{reg.method_name}` with `{new_name}`",
             edits=(Edit(new_name, name_start, end),),
-            applicability=Applicability.SAFE if output_only else Applicability.UNSAFE,
+            applicability=Applicability.SAFE if output_only and inplace is _Inplace.NONE_IN_GRAPH
+            else Applicability.UNSAFE,
         )
 
 
-def _inplace_after(ctx: FileContext, reg: Registration) -> bool | None:
-    """Whether an in-place op can modify the hooked module's output (or its
-    input, inside it), as the model graph shows it: True if it does in some
-    model, False if every model the receiver can be was run and none does,
-    None when the graph cannot say (static run, receiver not linked, fx-only
-    facts, the model itself, whose output the user's code receives, or a
-    global hook)."""
+class _Inplace(enum.Enum):
+    IN_GRAPH = "the graph shows an in-place op on the module's output (or its input, inside it)"
+    NONE_IN_GRAPH = "every model the receiver can be was run, and none has such an op"
+    IN_SOURCE = "no graph facts, but the source shows such an op (HKL403's static patterns)"
+    UNKNOWN = "nothing shows either"
+
+
+def _inplace_after(ctx: FileContext, reg: Registration) -> _Inplace:
+    """Whether an in-place op can modify the hooked module's output.  The
+    graph cannot say for a receiver it cannot link, fx-only facts, the model
+    itself (the user's code receives its output) or a global hook."""
     if reg.is_global or reg.receiver is None:
-        return None
+        return _Inplace.UNKNOWN
     from hooklint.graph.link import modules_for  # on first use: most runs never get here
 
     pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
     if not pairs:
-        return None
+        return _Inplace.IN_SOURCE if _inplace_in_source(ctx, reg) else _Inplace.UNKNOWN
     if any(module.output_inplace is not None or module.input_inplace is not None for _, module in pairs):
-        return True
+        return _Inplace.IN_GRAPH
     if all(model.autograd and module.path for model, module in pairs):
+        return _Inplace.NONE_IN_GRAPH
+    return _Inplace.UNKNOWN
+
+
+def _inplace_in_source(ctx: FileContext, reg: Registration) -> bool:
+    """The plainest patterns HKL403 reads from the source: the hooked layer is
+    built with `inplace=True`, or the owner's `forward` modifies its output in
+    place (`self.relu(self.conv(x))` with an in-place ReLU, `out += x`)."""
+    module = reg.receiver_module
+    if module is not None and module.torch_class and inplace_modules(module.call):
+        return True
+    receiver = reg.receiver
+    if not isinstance(receiver, ast.Attribute):
         return False
-    return None
+    owner = ctx.inference.infer(receiver.value)
+    if not isinstance(owner, ModuleValue) or owner.local_class is None:
+        return False
+    from hooklint.rules.graph_only import _inplace_after_call  # HKL403's static pattern
+
+    return _inplace_after_call(ctx, owner.local_class, receiver.attr) is not None
 
 
 def _output_hook_fix(ctx: FileContext, reg: Registration, func: ast.Attribute, *, safe: bool) -> Fix | None:
@@ -255,15 +279,10 @@ def _output_hook_fix(ctx: FileContext, reg: Registration, func: ast.Attribute, *
     hook = reg.hook_expr
     if hook is None or hook not in reg.call.args and not any(k.value is hook for k in reg.call.keywords):
         return None
-    edits = []
-    name = helper.existing_helper(ctx.tree)
+    name, insertion = helper.for_file(ctx, legacy_registrations(ctx)[0].call)
     if name is None:
-        name = helper.free_name(ctx.model)
-        first = legacy_registrations(ctx)[0].call
-        insertion = helper.insertion_edit(ctx, first, name)
-        if insertion is None:
-            return None
-        edits.append(insertion)
+        return None
+    edits = [insertion] if insertion is not None else []
     new_method = "register_forward_hook" if reg.method_name == "register_backward_hook" \
         else "register_module_forward_hook"
     name_start, name_end = ctx.name_span(func)

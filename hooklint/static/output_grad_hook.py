@@ -142,3 +142,20 @@ def insertion_edit(ctx: FileContext, first_use: ast.AST, name: str) -> Edit | No
     before = "" if row - blank_above <= 1 else "\n" * max(0, 2 - blank_above)
     content = before + helper_source(name) + "\n\n"
     return Edit(content, Location(row, 1), Location(row, 1))
+
+
+def for_file(ctx: FileContext, first_use: ast.AST) -> tuple[str | None, Edit | None]:
+    """(the helper's name, the edit that writes it, None when it is there
+    already) for this file; (None, None) when it cannot be placed.  Computed
+    once per file: every fix of the file shares it."""
+    cached = getattr(ctx, "_hl_output_grad_hook", None)
+    if cached is None:
+        name = existing_helper(ctx.tree)
+        if name is not None:
+            cached = (name, None)
+        else:
+            name = free_name(ctx.model)
+            insertion = insertion_edit(ctx, first_use, name)
+            cached = (name, insertion) if insertion is not None else (None, None)
+        ctx._hl_output_grad_hook = cached  # type: ignore[attr-defined]
+    return cached

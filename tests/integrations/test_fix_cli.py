@@ -260,3 +260,12 @@ class TestRuleFixes:
         r = check(tmp_path, "--fix", "--unsafe-fixes", "f.py")
         assert r.returncode == 1 and "HKL201" in r.stdout
         assert stamp(path) == before
+
+
+def test_usage_docs_show_the_helper_hkl101_writes():
+    from pathlib import Path
+
+    from hooklint.static.output_grad_hook import helper_source
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert "```python\n" + helper_source() + "\n\nhandle = " in usage
