@@ -289,11 +289,14 @@ def _output_hook_fix(ctx: FileContext, reg: Registration, func: ast.Attribute, *
     hook_start, hook_end = ctx.span(hook)
     edits += [Edit(new_method, name_start, name_end), Edit(f"{name}(", hook_start, hook_start),
               Edit(")", hook_end, hook_end)]
-    hook_text = ctx.segment(hook) if "\n" not in ctx.segment(hook) else "the hook"
+    text = ctx.segment(hook)
+    hook_text = f"`{text}`" if "\n" not in text and len(text) <= 60 else "the hook"
+    why = ("the graph shows an in-place op after the module, which makes a full backward hook fail the forward"
+           if safe else "a full backward hook would make the forward fail if an in-place op modifies the "
+           "module's output, which hooklint cannot rule out here")
     return Fix(
-        message=f"Register `{hook_text}` through a forward hook that hooks the module's output tensor "
-        f"(`{reg.method_name}(...)` -> `{new_method}({name}(...))`): the hook gets the same grad_output, "
-        f"and in-place ops after the module keep working, which a full backward hook would break",
+        message=f"Register {hook_text} through a forward hook that hooks the module's output tensor "
+        f"(`{reg.method_name}(...)` -> `{new_method}({name}(...))`): the hook gets the same grad_output; {why}",
         edits=tuple(edits),
         applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
     )
