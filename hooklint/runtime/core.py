@@ -921,11 +921,16 @@ class ModuleInput:
 class LegacyBinding:
     """Whether the node a legacy backward hook is bound to takes the module's
     inputs as its inputs, in order (then `grad_input` is the inputs' gradient).
-    ``wrong`` lists the positions where it does not."""
+    ``wrong`` lists the positions where it does not.
+
+    An input is taken as it was before the forward (an in-place op in the
+    forward, `nn.ReLU(inplace=True)`, moves the tensor's own edge onto the op)
+    or as the forward hooks see it (a forward pre-hook registered after
+    hooklint's may have replaced it)."""
 
     __slots__ = ("inputs", "wrong")
 
-    def __init__(self, node: Any, inputs: list):
+    def __init__(self, node: Any, inputs: list, seen_after: list):
         self.inputs: list[ModuleInput | None] = inputs
         edges = node.next_functions
         self.wrong: list[int] = []
@@ -933,11 +938,17 @@ class LegacyBinding:
             if item is None:
                 continue  # not a tensor
             edge = edges[i] if i < len(edges) else None
-            if item.node is None:
+            after = seen_after[i] if i < len(seen_after) else None
+            if item.node is None and (after is None or after.node is None):
                 if edge is not None and edge[0] is not None:
                     self.wrong.append(i)  # the entry for an input that needs no gradient holds another one
-            elif edge is None or edge[0] is not item.node or edge[1] != item.output_nr:
+            elif not (_same_edge(edge, item) or _same_edge(edge, after)):
                 self.wrong.append(i)
+
+
+def _same_edge(edge: tuple | None, item: ModuleInput | None) -> bool:
+    return edge is not None and item is not None and item.node is not None and edge[0] is item.node \
+        and edge[1] == item.output_nr
 
 
 def _note_legacy_inputs(module: nn.Module, args: tuple) -> None:
@@ -967,7 +978,8 @@ def _record_legacy_inputs(module: nn.Module, args: tuple, result: Any) -> None:
     except (IndexError, KeyError, TypeError, StopIteration):
         return  # PyTorch would not bind a legacy hook to anything either
     if var.grad_fn is not None:
-        var.grad_fn.metadata[_META_INPUTS] = LegacyBinding(var.grad_fn, inputs)
+        seen_after = [ModuleInput(a) if isinstance(a, torch.Tensor) else None for a in args]
+        var.grad_fn.metadata[_META_INPUTS] = LegacyBinding(var.grad_fn, inputs, seen_after)
 
 
 setattr(_note_legacy_inputs, _HELPER_ATTR, True)

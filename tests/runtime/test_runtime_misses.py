@@ -67,7 +67,8 @@ def test_hkl102_fixed_full_hook_clean(observe):
 def test_hkl102_quiet_where_the_bound_op_takes_the_module_input(observe):
     """A single conv (its op's first input is the module's input), an in-place
     ReLU (the input is modified, the edge noted before the forward is still the
-    op's input), a first layer fed plain data: `grad_input[0]` is right."""
+    op's input), a first layer fed plain data, a conv whose forward pre-hook
+    replaces its input: `grad_input[0]` is right."""
     run = observe("""
         import torch
         import torch.nn as nn
@@ -87,6 +88,11 @@ def test_hkl102_quiet_where_the_bound_op_takes_the_module_input(observe):
         out = relu(conv(first(torch.rand(1, 3, 6, 6)) + x))
         out.sum().backward()
         first_input_grad = seen["first"]
+
+        scaled = nn.Conv2d(3, 3, 3, padding=1)
+        scaled.register_backward_hook(save("scaled"))
+        scaled.register_forward_pre_hook(lambda module, args: (args[0] * 2,))
+        scaled(x * 1).sum().backward()
     """)
     assert run.namespace["first_input_grad"] is None  # the first layer's input needs no gradient: None is right
     assert [f.code for f in run.findings if f.code == "HKL102"] == []
