@@ -487,7 +487,10 @@ class Runtime:
                 rec.runs += 1
                 group = rec.site_group
                 if group is not None and group.suspect:
-                    self.confirm_site_group(group)
+                    try:
+                        self.confirm_site_group(group)
+                    except Exception as exc:  # noqa: BLE001
+                        self.internal_error(rec.sessions, exc)
 
     def check_repeated(self, final: bool = False) -> None:
         """HKL304, judged when a backward or a session ends (and, for hooks
@@ -1182,21 +1185,26 @@ class _Patches:
     # -- facts PyTorch computes during the forward --------------------------------
     def tag_hooked_tensors(self, original: Callable, method: str) -> Callable:
         side = "input" if method == "setup_input_hook" else "output"
-        tls = self.rt.tls
-
-        rt = self.rt
+        rt, tls = self.rt, self.rt.tls
         counts = side == "output"  # once per forward
 
         @functools.wraps(original)
         def setup(backward_hook, args):
             __tracebackhide__ = True
             result = original(backward_hook, args)
-            if counts:
-                try:
-                    rt.module_ran(backward_hook.user_hooks)
+            if counts:  # the module's forward ran: count it for its backward hooks (HKL304), in a plain loop
+                for hook in backward_hook.user_hooks:
+                    rec = getattr(hook, _WRAPPER_ATTR, None)
+                    if rec is not None:
+                        rec.runs += 1
+                        group = rec.site_group
+                        if group is not None and group.suspect and rec.live:
+                            try:
+                                rt.confirm_site_group(group)
+                            except Exception as exc:  # noqa: BLE001
+                                rt.internal_error(rec.sessions, exc)
+                if backward_hook.user_pre_hooks:
                     rt.module_ran(backward_hook.user_pre_hooks)
-                except Exception as exc:  # noqa: BLE001
-                    rt.internal_error(rt.sessions_here(), exc)
             items = result if isinstance(result, tuple) else (result,)
             for item in items:
                 node = getattr(item, "grad_fn", None) if isinstance(item, torch.Tensor) else None
