@@ -621,6 +621,11 @@ class Runtime:
         self.helper_handles.append(watch.handle)
         with self.lock:
             self.removal_watches.append(watch)
+            if len(self.removal_watches) % 256 == 0:
+                # a loop that registers and removes hooks without ever running a backward: forget the
+                # watches whose tensors are gone, and their helpers' handles
+                self.removal_watches = [w for w in self.removal_watches if w.tensor_ref() is not None]
+                self.helper_handles = [h for h in self.helper_handles if h.hooks_dict_ref() is not None]
 
     def _removal_watch_fired(self, watch: "RemovalWatch") -> None:
         """A gradient reached a tensor whose hook was removed before it ever ran."""
@@ -902,23 +907,27 @@ class _GlobalHooks:
 _GLOBAL = _GlobalHooks()
 
 
-try:
-    from torch.autograd.graph import _get_grad_fn_or_grad_acc as _edge_node
-except ImportError:  # pragma: no cover - older or newer torch
-    def _edge_node(tensor: torch.Tensor) -> Any:
-        return torch.autograd.graph.get_gradient_edge(tensor).node
-
-
 class ModuleInput:
-    """One positional input of a module's forward, as the forward received it."""
+    """One positional input of a module's forward, as the forward received it:
+    the edge autograd sends its gradient along (its `grad_fn` and output
+    number; for a leaf, its AccumulateGrad node, recognised by its variable)."""
 
-    __slots__ = ("shape", "node", "output_nr")
+    __slots__ = ("shape", "needs_grad", "node", "output_nr", "leaf")
 
     def __init__(self, tensor: torch.Tensor):
         self.shape = tuple(tensor.shape)
-        # the edge autograd sends this input's gradient along; None when it needs none
-        self.node = _edge_node(tensor) if tensor.requires_grad else None
+        self.needs_grad = tensor.requires_grad
+        self.node = tensor.grad_fn
         self.output_nr = tensor.output_nr
+        self.leaf = weakref.ref(tensor) if self.needs_grad and self.node is None else None
+
+    def is_edge(self, child: Any, input_nr: int) -> bool:
+        """Whether ``(child, input_nr)``, an entry of some node's `next_functions`, is this input."""
+        if not self.needs_grad or child is None:
+            return False
+        if self.leaf is not None:
+            return type(child) is _ACCUMULATE_GRAD and child.variable is self.leaf()
+        return child is self.node and input_nr == self.output_nr
 
 
 class LegacyBinding:
@@ -942,16 +951,11 @@ class LegacyBinding:
                 continue  # not a tensor
             edge = edges[i] if i < len(edges) else None
             after = seen_after[i] if i < len(seen_after) else None
-            if item.node is None and (after is None or after.node is None):
+            if not item.needs_grad and (after is None or not after.needs_grad):
                 if edge is not None and edge[0] is not None:
                     self.wrong.append(i)  # the entry for an input that needs no gradient holds another one
-            elif not (_same_edge(edge, item) or _same_edge(edge, after)):
+            elif edge is None or not (item.is_edge(*edge) or after is not None and after.is_edge(*edge)):
                 self.wrong.append(i)
-
-
-def _same_edge(edge: tuple | None, item: ModuleInput | None) -> bool:
-    return edge is not None and item is not None and item.node is not None and edge[0] is item.node \
-        and edge[1] == item.output_nr
 
 
 def _note_legacy_inputs(module: nn.Module, args: tuple) -> None:

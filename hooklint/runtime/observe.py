@@ -20,7 +20,7 @@ from hooklint.runtime.observation import Observation
 from hooklint.static.hooks import HookKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hooklint.runtime.core import BackwardInfo, GradAccess, HookRecord, ParamState, Runtime
+    from hooklint.runtime.core import BackwardInfo, GradAccess, HookRecord, LegacyBinding, ParamState, Runtime
 
 _PARAM_HOOK_HELP = (
     "Edit the gradient from a hook on the parameter itself: `param.register_hook(lambda g: ...)` runs before "
@@ -146,15 +146,13 @@ def legacy_grad_input(rec: "HookRecord", module: nn.Module, node: Any, grad_inpu
     node_name = node.name()
     module_text = describe.describe_module(module, rec.roots)
     chain = _ops_from_inputs(node, binding)
+    where = ", the last autograd op of the module's forward"
     if len(chain) > 1:
-        where = (f", the last of the {len(chain)} autograd ops between the module's input and its output "
-                 f"({_chain_text(chain)})")
-    else:
-        where = ", the last autograd op of the module's forward"
+        where += f" (from the module's input: {_chain_text(chain)})"
     i = binding.wrong[0]
     entry = _grad_input_entry(node, i, module, rec)
     item = binding.inputs[i]
-    if item is not None and item.node is None:
+    if item is not None and not item.needs_grad:
         wanted = f"the module's input {i} needs no gradient (its entry would be None)"
     else:
         wanted = f"not the gradient of the module's input {i}" if len(expected) > 1 else \
@@ -189,8 +187,8 @@ def _ops_from_inputs(node: Any, binding: "LegacyBinding") -> list[str]:
     """The names of the autograd ops from the module's inputs to ``node``, in
     forward order, along the shortest path; [] when no input is reached (it
     needs no gradient, or the module is too large to walk)."""
-    targets = {id(item.node) for item in binding.inputs if item is not None and item.node is not None}
-    if not targets:
+    inputs = [item for item in binding.inputs if item is not None and item.needs_grad]
+    if not inputs:
         return []
     parents: dict[int, Any] = {id(node): None}
     nodes = {id(node): node}
@@ -199,10 +197,10 @@ def _ops_from_inputs(node: Any, binding: "LegacyBinding") -> list[str]:
     while head < len(queue) and len(nodes) < _MAX_WALK:
         current = queue[head]
         head += 1
-        for child, _nr in current.next_functions:
+        for child, nr in current.next_functions:
             if child is None:
                 continue
-            if id(child) in targets:
+            if any(item.is_edge(child, nr) for item in inputs):
                 path = [current.name()]
                 back = parents[id(current)]
                 while back is not None:
@@ -384,8 +382,7 @@ class GradEditCandidate:
         return Observation(
             code="HKL201",
             # one finding per hook and situation (None, stale; read, edited), listing the parameters
-            key=("HKL201", self.rec.site, self.rec.name, self.access.site, self.access.was_none, self.wrote,
-                 self.on_outputs),
+            key=("HKL201", self.rec.site, self.rec.name, self.access.was_none, self.wrote, self.on_outputs),
             site=self.rec.site,
             message=message,
             help=_PARAM_HOOK_HELP,

@@ -53,7 +53,8 @@ def test_hkl102_grad_cam_stage_same_shapes_wrong_values(observe):
     finding = run.only("HKL102")
     assert finding.location.row == run.line_of("# REGISTER")
     assert "bound to `ReluBackward0`" in finding.message
-    assert ("`ConvolutionBackward0` -> `NativeBatchNormBackward0` -> `ReluBackward0`" in finding.message)
+    assert ("(from the module's input: `ConvolutionBackward0` -> `NativeBatchNormBackward0` -> `ReluBackward0`)"
+            in finding.message)
     assert "`grad_input[0]` is the gradient of the output of `NativeBatchNormBackward0`" in finding.message
     assert "the shapes are the same" in finding.message
 
@@ -317,6 +318,13 @@ def test_hkl203_grad_clamp_in_place_one_finding_listing_the_parameters(observe):
     assert "`model.0.weight` (shape (4, 4))" in finding.message
 
 
+@pytest.mark.parametrize("body", ["grad.zero_()", "grad.masked_fill_(grad > 0, 0.0)", "grad.copy_(grad * 0.5)",
+                                  "grad[0] = 0.0", "grad.clip_(-0.01, 0.01)", "grad.sub_(grad.sign() * 0.01)"])
+def test_hkl203_other_in_place_methods(observe, body):
+    run = observe(CLIP.format(name="edit_grad", arg="grad", body=body))
+    assert run.only("HKL203").location.row == run.line_of("# REGISTER")
+
+
 def test_hkl203_data_edit_seen(observe):
     run = observe(CLIP.format(name="halve", arg="grad", body="grad.data.mul_(0.5)"))
     finding = run.only("HKL203")
@@ -441,6 +449,24 @@ def test_one_finding_per_hook_for_every_rule_that_reports_per_parameter(observe)
     finding = run.only("HKL401")
     assert finding.location.row == run.line_of("# REGISTER")
     assert "the same for 3 other parameters" in finding.message
+
+
+def test_hkl201_one_finding_for_the_weight_and_the_bias(observe):
+    run = observe("""
+        import torch
+        import torch.nn as nn
+
+        conv = nn.Conv2d(3, 2, 3)
+        seen = []
+        def log_grads(module, grad_input, grad_output):
+            seen.append((module.weight.grad is None, module.bias.grad is None))
+        conv.register_full_backward_hook(log_grads)  # REGISTER
+        conv(torch.rand(1, 3, 6, 6)).sum().backward()
+    """)
+    assert run.namespace["seen"] == [(True, True)]  # the hook ran before either gradient arrived
+    finding = run.only("HKL201")
+    assert finding.location.row == run.line_of("# REGISTER")
+    assert "`conv.weight`" in finding.message and "the same for 1 other parameter: `conv.bias`" in finding.message
 
 
 # -- nested sessions: the helpers see the hooks an outer session wraps -----------------------------------
