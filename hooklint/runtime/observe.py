@@ -149,6 +149,9 @@ def legacy_grad_input(rec: "HookRecord", module: nn.Module, node: Any, grad_inpu
     where = ", the last autograd op of the module's forward"
     if len(chain) > 1:
         where += f" (from the module's input: {_chain_text(chain)})"
+    if any(item is not None and item.node is node for item in binding.inputs):
+        where = (", the op that produced the module's input: the forward returned its input unchanged, so it "
+                 "ran no op of its own to bind to")
     i = binding.wrong[0]
     entry = _grad_input_entry(node, i, module, rec)
     item = binding.inputs[i]

@@ -65,6 +65,24 @@ def test_hkl102_fixed_full_hook_clean(observe):
     assert run.findings == []
 
 
+def test_hkl102_no_op_module_binds_to_the_op_before_it(observe):
+    """fixtures/models/pooling_flatten.py's fact: a no-op nn.Flatten runs no op, so
+    its legacy hook binds to the op that produced its input."""
+    run = observe("""
+        import torch
+        import torch.nn as nn
+
+        net = nn.Sequential(nn.Linear(8, 8), nn.Flatten(), nn.Linear(8, 2))
+        seen = []
+        net[1].register_backward_hook(lambda m, gi, go: seen.append(gi[0].shape))  # REGISTER
+        net(torch.rand(4, 8)).sum().backward()
+    """)
+    assert run.namespace["seen"] == [torch.Size([8])]  # the first Linear's bias gradient, not a (4, 8) input's
+    finding = run.only("HKL102")
+    assert "bound to `AddmmBackward0`, the op that produced the module's input" in finding.message
+    assert "`grad_input[0]` is the gradient of `net.0.bias`" in finding.message
+
+
 def test_hkl102_quiet_where_the_bound_op_takes_the_module_input(observe):
     """A single conv (its op's first input is the module's input), an in-place
     ReLU (the input is modified, the edge noted before the forward is still the
