@@ -137,6 +137,14 @@ class Session:
     def report(self) -> Report:
         return Report(findings=self.findings, notices=self.notices)
 
+    def merge(self, observations: Iterable[Observation]) -> None:
+        """Fold in observations made elsewhere (another process, another rank):
+        the same problem at the same site is one finding, whose subjects and
+        counts add up.  Observations are plain values (they pickle); their keys
+        name code, source position and situation, never object identities."""
+        for obs in observations:
+            self._observe(obs)
+
     # -- called by the runtime -----------------------------------------------------
     def _observe(self, obs: Observation) -> None:
         with self._lock:

@@ -487,6 +487,32 @@ def test_hkl201_one_finding_for_the_weight_and_the_bias(observe):
     assert "`conv.weight`" in finding.message and "the same for 1 other parameter: `conv.bias`" in finding.message
 
 
+def test_observations_from_two_processes_fold_by_site():
+    """What a per-rank merge needs: observations pickle, and the same problem at
+    the same site from two runs (two processes, two ranks) is one finding."""
+    import pickle
+
+    import hooklint
+
+    def run(params: slice):
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+
+        def scale(grad):
+            grad *= 0.5
+
+        with hooklint.instrument() as session:
+            for p in list(model.parameters())[params]:
+                p.register_hook(scale)
+            model(torch.rand(3, 4)).sum().backward()
+        return session
+
+    first, second = run(slice(0, 2)), run(slice(2, 4))
+    shipped = pickle.loads(pickle.dumps(second.observations))
+    first.merge(shipped)
+    [finding] = first.findings
+    assert finding.code == "HKL401" and "the same for 3 other parameters" in finding.message
+
+
 # -- nested sessions: the helpers see the hooks an outer session wraps -----------------------------------
 
 
