@@ -385,6 +385,34 @@ def test_hkl501_function_returns_too_few_gradients(observe):
         in finding.message
 
 
+def test_hooklint_run_keeps_the_exit_status_and_adds_the_finding(write, tmp_path, capsys):
+    import json
+
+    from hooklint.cli import main
+
+    script = write("scale.py", """
+        import torch
+
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, factor):
+                return x * factor
+
+            @staticmethod
+            def backward(ctx, grad_output):
+                return grad_output
+
+        Scale.apply(torch.ones(3, requires_grad=True), 2.0).sum().backward()
+    """)
+    out = tmp_path / "findings.json"
+    code = main(["run", "--output-format", "json", "-o", str(out), str(script)])
+    captured = capsys.readouterr()
+    assert code == 1  # the script's own status: it died
+    assert "RuntimeError: function ScaleBackward returned an incorrect number of gradients" in captured.err
+    assert [(f["code"], f["location"]["row"]) for f in json.loads(out.read_text())] == [("HKL501", 10)]
+    assert "1 finding observed" in captured.err
+
+
 def test_hkl402_legacy_hook_and_tensor_hook_return_values(observe):
     legacy = observe("""
         import torch
