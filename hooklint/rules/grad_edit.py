@@ -721,7 +721,11 @@ class PostAccumulateHookArgument(Rule):
     Updating the parameter is what optimizer-in-backward hooks do on purpose.
     A hook that reads `p.grad`, or whose in-place update mentions a learning
     rate or decay (`p.mul_(1 - lr * wd)`), is not reported; nor is an in-place
-    clamp of the parameter, which is taken for weight clipping.
+    clamp of the parameter, which is taken for weight clipping.  At run time
+    a hook whose argument is named as a gradient (`grad`, `g`, `gradient`) is
+    reported whatever its code mentions (`def clip(grad): grad.clamp_(-1, 1)`
+    clips the weights), and so is an edit through `.data` in a hook that never
+    uses `.grad`.
 
     ## Example
     ```python
