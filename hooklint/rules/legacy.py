@@ -10,14 +10,14 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
-from hooklint.static.forward import ForwardAnalysis, is_legacy_safe_builtin
-from hooklint.static.hooks import HookKind, Registration
-from hooklint.static.values import ModuleValue
+from hooklint.static.forward import LEGACY_SAFE_BUILTINS, UNKNOWN, WRONG, ForwardAnalysis, LegacyVerdict
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
+from hooklint.static.values import ModuleValue, src
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.graph.facts import ModelFacts, ModuleFacts
 
-LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook")
+LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook") + DYNAMIC_NAME_TRIGGERS
 
 
 def legacy_registrations(ctx: FileContext) -> list[Registration]:
@@ -48,6 +48,16 @@ class LegacyBackwardHook(Rule):
     When a full backward hook is registered on a module whose output is then
     modified in place (`nn.ReLU(inplace=True)` right after it), PyTorch raises at
     run time; that is reported as HKL403 by the graph analysis.
+
+    Registrations are found through the calls of the same file (a helper's
+    parameters, a wrapper's own `register_backward_hook` forwarding to its
+    module, `getattr(m, "register_backward_hook")`, a name chosen in a loop);
+    the finding is at the call of torch's API.  Compatibility fallbacks that
+    only run on torch < 1.8 are not reported: the `else` of `if hasattr(m,
+    "register_full_backward_hook")`, an `except AttributeError:` around
+    `register_full_backward_hook`, and the old side of a version gate
+    (`torch.__version__ < "1.8"`, `version.parse(...)`, `TORCH_VERSION >= (1, 8)`).
+    A legacy hook in the branch that runs on newer torch is reported.
 
     ## Example
     ```python
@@ -108,6 +118,16 @@ class LegacyBackwardHook(Rule):
         "        self.fn = fn\n"
         "    def setup(self):\n"
         "        self.register_backward_hook(print)\n",
+        # a fallback that only runs on torch < 1.8
+        "def attach(module, hook):\n"
+        "    if hasattr(module, 'register_full_backward_hook'):\n"
+        "        return module.register_full_backward_hook(hook)\n"
+        "    return module.register_backward_hook(hook)\n",
+        "def attach(module, hook):\n"
+        "    try:\n"
+        "        return module.register_full_backward_hook(hook)\n"
+        "    except AttributeError:\n"
+        "        return module.register_backward_hook(hook)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -128,19 +148,43 @@ class LegacyBackwardHook(Rule):
             fixed="import torch\n"
             "torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)  # HKL101\n",
         ),
+        # torch's API one call deep: a wrapper's own method forwarding to its module
+        Invalid(
+            "class Hooked:\n"
+            "    def __init__(self, module):\n"
+            "        self.module = module\n"
+            "    def register_backward_hook(self, fn):\n"
+            "        return self.module.register_backward_hook(fn)  # HKL101\n"
+        ),
+        # the API named by a string
+        Invalid(
+            "def attach(module, hook, full=False):\n"
+            "    kind = 'full_backward' if full else 'backward'\n"
+            "    return getattr(module, f'register_{kind}_hook')(hook)  # HKL101\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        for reg in legacy_registrations(ctx):
+        forward = ForwardAnalysis(ctx.model, ctx.inference)
+        for group in legacy_groups(ctx):
+            reg = group[0]
+            target = reg.describe_target() if len(group) == 1 else _helper_target(group)
+            message = (f"`{reg.method_name}` on {target} is the legacy backward hook: it binds to the last autograd "
+                       f"op of the module's forward, not to the module")
+            unseen = _grad_input_unseen(ctx, group, forward)
+            if unseen is not None:
+                message += (f"; the hook `{unseen}` reads `grad_input`, which then holds that op's input gradients "
+                            f"(hooklint cannot see the module's forward: if it runs more than one autograd op, they "
+                            f"are not the module's input gradients)")
             yield self.finding(
                 ctx,
                 reg.name_node,
                 name_only=True,
-                message=f"`{reg.method_name}` on {reg.describe_target()} is the legacy backward hook: it binds to the "
-                f"last autograd op of the module's forward, not to the module",
+                message=message,
                 help="Use `register_full_backward_hook` (same signature); its grad_input/grad_output are the "
                 "module's real input and output gradients.",
-                fix=self.rename_fix(ctx, reg),
+                fix=_least_safe([self.rename_fix(ctx, r) for r in group]),
+                related=site_notes(ctx, group),
             )
 
     @staticmethod
@@ -188,11 +232,29 @@ class LegacyHookGradInput(Rule):
     computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
 
     ## Known problems
-    Statically, a hooked module whose class hooklint cannot see (a parameter, an
-    attribute of an object from another file) is treated as "not known to be a
-    single op", and the message says so.  Built-in layers known to be a single
-    op with the input first (activations, convolutions, 2-D/3-D pooling) are not
-    reported.
+    Statically, the rule reports only what the source shows: a built-in layer
+    whose legacy `grad_input` is verified against torch (`nn.Linear`,
+    `nn.Sequential`, `nn.Dropout`, ...), a class of the same file whose
+    `forward` ends in another op, or a module an `isinstance`/`type` test
+    narrowed to such a class.  A hooked module whose class the file cannot
+    show (a parameter, a loop over `model.modules()`, an attribute of an
+    object from another file) is not reported here: HKL101's message then
+    says that the hook reads `grad_input` and what that holds.  Built-in layers
+    that are a single op with the input first (activations, convolutions,
+    normalisation, pooling), modules narrowed to them (`if isinstance(m,
+    nn.ReLU)`, in the loop or in the hook itself) and `class MyConv(nn.Conv2d)`
+    without its own forward are not reported.  An `isinstance` test also
+    admits subclasses, whose forward may run more ops.
+
+    The module and the hook are followed through the calls of the same file:
+    a helper's parameters (`add_hook(net.fc, save_grad)`, several calls
+    deep), a wrapper's own `register_backward_hook` that forwards to its
+    module, a dict of handlers, and `getattr(m, "register_backward_hook")`.
+    The finding is at the legacy registration (the API to change); the calls
+    that chose the module and the hook are listed with it.  Registrations in
+    fallbacks that only run on torch < 1.8 (`if hasattr(m,
+    "register_full_backward_hook"): ... else: ...`, `except AttributeError:`,
+    version gates) are not reported.
 
     ## Example
     ```python
@@ -248,6 +310,20 @@ class LegacyHookGradInput(Rule):
         "def scale(module, grad_input, grad_output):\n"
         "    return (grad_input[0] * 2,)\n"
         "nn.Linear(4, 2).register_full_backward_hook(scale)\n",
+        # guided backprop: an isinstance test narrowed the module to nn.ReLU, a single op
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def guided(module, grad_input, grad_output):\n"
+        "    return (torch.clamp(grad_input[0], min=0.0),)\n"
+        "def prepare(model):\n"
+        "    for m in model.modules():\n"
+        "        if isinstance(m, nn.ReLU):\n"
+        "            m.register_backward_hook(guided)\n",
+        # a module whose class the file cannot show: HKL101 says what grad_input may be
+        "def log(module, grad_input, grad_output):\n"
+        "    print(grad_input[0].norm())\n"
+        "def watch(target_layer):\n"
+        "    target_layer.register_backward_hook(log)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -268,72 +344,184 @@ class LegacyHookGradInput(Rule):
             "net.register_backward_hook(hook)  # HKL101, HKL102\n"
         ),
         Invalid(
+            "import torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.layer1 = nn.Linear(4, 3)\n"
             "def backward_hook(module, gin, gout):\n"
             "    gin0, gin1, gin2 = gin\n"
             "    return gin0, gin1 * 2, gin2 * 3\n"
+            "net = Net()\n"
             "hook = net.layer1.register_backward_hook(backward_hook)  # HKL101, HKL102\n"
+        ),
+        # the hook and the module reach the registration through a helper's parameters
+        Invalid(
+            "import torch.nn as nn\n"
+            "def save_grad(module, grad_input, grad_output):\n"
+            "    print(grad_input[0].norm())\n"
+            "def add_hook(module, fn):\n"
+            "    return module.register_backward_hook(fn)  # HKL101, HKL102\n"
+            "add_hook(nn.Linear(4, 2), save_grad)\n"
         ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         forward = ForwardAnalysis(ctx.model, ctx.inference)
-        for reg in legacy_registrations(ctx):
-            if reg.hook is None:
-                continue
-            gi = reg.param("grad_input")
-            if gi is None:
-                continue
-            uses = name_uses(reg.hook.node, gi)
-            if not uses:
-                continue
-            module = reg.receiver_module
-            if module is not None and module.torch_class and is_legacy_safe_builtin(module):
-                continue
-            first = uses[0]
-            what = _use_kind(first)
-            from hooklint.graph.link import modules_for  # on first use: most runs never get here
+        reported: set[tuple[int, int]] = set()
+        for group in legacy_groups(ctx):
+            for reg in group:
+                if reg.hook is None or (id(reg.call), id(reg.hook.node)) in reported:
+                    continue
+                finding = self._check_instance(ctx, reg, group, forward)
+                if finding is not None:
+                    reported.add((id(reg.call), id(reg.hook.node)))
+                    yield finding
 
-            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls and m.bound is not None]
-            unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
-            if pairs and not unsafe:
-                continue  # the graph shows grad_input starts with the module's input gradients
-            related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
-            if unsafe:
-                message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
-                origin = Origin.GRAPH
-            else:
-                message = self._message(reg, gi, what, module, forward)
-                origin = Origin.STATIC
-            yield self.finding(
-                ctx,
-                reg.name_node,
-                message,
-                name_only=True,
-                help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
-                "input; or hook the tensor you mean with `tensor.register_hook`.",
-                related=related,
-                origin=origin,
-            )
+    def _check_instance(self, ctx: FileContext, reg: Registration, group: list[Registration],
+                        forward: ForwardAnalysis) -> Finding | None:
+        gi = reg.param("grad_input")
+        if gi is None:
+            return None
+        uses = grad_input_uses(ctx, reg, gi)
+        if not uses:
+            return None
+        first = uses[0]
+        what = _use_kind(first)
+        from hooklint.graph.link import modules_for  # on first use: most runs never get here
+
+        receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
+        pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
+        unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
+        if pairs and not unsafe:
+            return None  # the graph shows grad_input starts with the module's input gradients
+        module = reg.receiver_module
+        if unsafe:
+            message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
+            origin = Origin.GRAPH
+        else:
+            verdict = forward.legacy_verdict(module)
+            if verdict.verdict != WRONG:
+                return None  # single-op, or not known: HKL101 says what it can
+            message = self._message(reg, gi, what, module, verdict)
+            origin = Origin.STATIC
+        related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
+        related += site_notes(ctx, [r for r in group if r.hook is not None and r.hook.node is reg.hook.node])
+        return self.finding(
+            ctx,
+            reg.name_node,
+            message,
+            name_only=True,
+            help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
+            "input; or hook the tensor you mean with `tensor.register_hook`.",
+            related=related,
+            origin=origin,
+        )
 
     @staticmethod
     def _message(reg: Registration, gi: str, what: str, module: ModuleValue | None,
-                 forward: ForwardAnalysis) -> str:
+                 verdict: LegacyVerdict) -> str:
         hook_name = reg.hook.name if reg.hook else "the hook"
         head = f"legacy backward hook `{hook_name}` {what} `{gi}`"
         target = reg.describe_target()
-        if module is not None and (module.local_class is not None or module.torch_class):
-            op = forward.last_op(module)
-            if op is not None and op.grad_input:
-                return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
-                        f"not the gradient of the module's input")
-            if op is not None:
-                where = f" ({op.where()})" if op.node is not None else ""
-                return (f"{head}, but on {target} it is bound to the last autograd op, {op.description}{where}: "
-                        f"`{gi}` holds that op's input gradients, not the module's")
-            return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
-                    f"last op its forward runs, not the module's")
-        return (f"{head} on {target}; hooklint cannot see that module's forward, and unless it is a single "
-                f"autograd op `{gi}` holds the input gradients of its last op, not the module's")
+        narrowed = module is not None and module.torch_class is None and module.local_class is None \
+            and module.narrowing is not None
+        if narrowed:
+            target += f", which can be an nn.{verdict.class_name}"
+        op = verdict.op
+        if op is not None and op.grad_input:
+            return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
+                    f"not the gradient of the module's input")
+        if op is not None:
+            where = f" ({op.where()})" if op.node is not None else ""
+            return (f"{head}, but on {target} it is bound to the last autograd op, {op.description}{where}: "
+                    f"`{gi}` holds that op's input gradients, not the module's")
+        return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
+                f"last op its forward runs, not the module's")
+
+
+def legacy_groups(ctx: FileContext) -> list[list[Registration]]:
+    """Legacy registrations by registering call: each call's instances (one per
+    call site of the helper it is in, per handler a loop gives it...)."""
+    groups: dict[int, list[Registration]] = {}
+    for reg in ctx.hooks.instances_by_kind(HookKind.BACKWARD_LEGACY):
+        groups.setdefault(id(reg.call), []).append(reg)
+    return list(groups.values())
+
+
+def grad_input_uses(ctx: FileContext, reg: Registration, gi: str) -> list[ast.Name]:
+    """Reads of ``grad_input`` in the hook, except under a test that narrows the
+    hook's module to single-op layers (``if isinstance(module, nn.ReLU):``)."""
+    assert reg.hook is not None
+    uses = name_uses(reg.hook.node, gi)
+    module_param = reg.param("module")
+    if not uses or module_param is None:
+        return uses
+    identity = ctx.inference.identity
+    kept = []
+    for use in uses:
+        narrowing = identity.narrowing_of(use, module_param)
+        if narrowing is not None and not narrowing.local and \
+                all(n in LEGACY_SAFE_BUILTINS for n in narrowing.names):
+            continue
+        kept.append(use)
+    return kept
+
+
+def site_notes(ctx: FileContext, group: list[Registration], limit: int = 4) -> list[Related]:
+    """Where the calls that chose the hook or the module are."""
+    notes: list[Related] = []
+    seen: set[int] = set()
+    for reg in group:
+        site = reg.site_call
+        if site is None or id(site) in seen:
+            continue
+        seen.add(id(site))
+        parts = []
+        if reg.receiver_origin is not None:
+            module = reg.receiver_module
+            label = f" ({module.class_name})" if module is not None and module.class_name else ""
+            parts.append(f"the module `{src(reg.receiver_origin)}`{label}")
+        if reg.hook_origin is not None and reg.hook is not None:
+            parts.append(f"the hook `{reg.hook.name}`")
+        what = " and ".join(parts) or "the registration's arguments"
+        notes.append(Related(f"`{src(site.func)}(...)` passes {what}", ctx.display_path, ctx.span(site)[0]))
+        if len(notes) >= limit:
+            break
+    return notes
+
+
+def _helper_target(group: list[Registration]) -> str:
+    """The receiver of a registration made once per call site."""
+    reg = group[0]
+    text = src(reg.receiver) if reg.receiver is not None else "every module (global hook)"
+    sites = {id(r.site_call) for r in group if r.site_call is not None}
+    if sites:
+        return f"`{text}` (from {len(sites)} call{'s' if len(sites) > 1 else ''} in this file)"
+    return f"`{text}`"
+
+
+def _grad_input_unseen(ctx: FileContext, group: list[Registration], forward: ForwardAnalysis) -> str | None:
+    """The name of a hook that reads grad_input on a module hooklint cannot judge."""
+    for reg in group:
+        if reg.hook is None:
+            continue
+        gi = reg.param("grad_input")
+        if gi is None or not grad_input_uses(ctx, reg, gi):
+            continue
+        if forward.legacy_verdict(reg.receiver_module).verdict == UNKNOWN:
+            return reg.hook.name
+    return None
+
+
+_SAFETY_ORDER = {Applicability.DISPLAY_ONLY: 0, Applicability.UNSAFE: 1, Applicability.SAFE: 2}
+
+
+def _least_safe(fixes: list[Fix | None]) -> Fix | None:
+    """One fix for a call reached several ways: as safe as its least safe way."""
+    if not fixes or any(f is None for f in fixes):
+        return None
+    return min(fixes, key=lambda f: _SAFETY_ORDER.get(f.applicability, 0))  # type: ignore[union-attr]
 
 
 def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, module: ModuleFacts,
