@@ -165,7 +165,7 @@ class FullHookOnCallerModule(Rule):
             hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
             yield self.finding(
                 ctx, reg.name_node, name_only=True,
-                message=(f"{kind}{hook} on `{reg.receiver_text}`, {origin}: if the caller's model modifies that "
+                message=(f"{kind}{hook} on `{reg.receiver_text}` ({origin}): if the caller's model modifies that "
                          f"module's output in place (`nn.ReLU(inplace=True)` after it, `out += identity`), its "
                          f"forward fails with \"RuntimeError: {RUNTIME_ERROR}\""),
                 help="If the hook needs the gradient of the module's output, register a forward hook that calls "

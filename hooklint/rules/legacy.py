@@ -173,7 +173,8 @@ class LegacyBackwardHook(Rule):
                        f"op of the module's forward, not to the module")
             unseen = _grad_input_unseen(ctx, group, forward)
             if unseen is not None:
-                message += (f"; the hook `{unseen}` reads `grad_input`, which then holds that op's input gradients "
+                hook_name, gi = unseen
+                message += (f"; the hook `{hook_name}` reads `{gi}`, which then holds that op's input gradients "
                             f"(hooklint cannot see the module's forward: if it runs more than one autograd op, they "
                             f"are not the module's input gradients)")
             yield self.finding(
@@ -424,10 +425,12 @@ class LegacyHookGradInput(Rule):
         hook_name = reg.hook.name if reg.hook else "the hook"
         head = f"legacy backward hook `{hook_name}` {what} `{gi}`"
         target = reg.describe_target()
-        narrowed = module is not None and module.torch_class is None and module.local_class is None \
-            and module.narrowing is not None
-        if narrowed:
-            target += f", which can be an nn.{verdict.class_name}"
+        narrowing = module.narrowing if module is not None and module.torch_class is None \
+            and module.local_class is None else None
+        if narrowing is not None:
+            head += (f", and `{reg.receiver_text}` can be an nn.{verdict.class_name} (`{src(narrowing.test)}` at "
+                     f"line {narrowing.test.lineno} admits {' or '.join(narrowing.names)})")
+            target = f"an nn.{verdict.class_name}"
         op = verdict.op
         if op is not None and op.grad_input:
             return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
@@ -501,8 +504,9 @@ def _helper_target(group: list[Registration]) -> str:
     return f"`{text}`"
 
 
-def _grad_input_unseen(ctx: FileContext, group: list[Registration], forward: ForwardAnalysis) -> str | None:
-    """The name of a hook that reads grad_input on a module hooklint cannot judge."""
+def _grad_input_unseen(ctx: FileContext, group: list[Registration],
+                       forward: ForwardAnalysis) -> tuple[str, str] | None:
+    """(hook, grad_input parameter) of a hook that reads grad_input on a module hooklint cannot judge."""
     for reg in group:
         if reg.hook is None:
             continue
@@ -510,7 +514,7 @@ def _grad_input_unseen(ctx: FileContext, group: list[Registration], forward: For
         if gi is None or not grad_input_uses(ctx, reg, gi):
             continue
         if forward.legacy_verdict(reg.receiver_module).verdict == UNKNOWN:
-            return reg.hook.name
+            return reg.hook.name, gi
     return None
 
 

@@ -169,7 +169,7 @@ def _compare_on_new_torch(symbol: str, target: tuple[int, ...]) -> bool | None:
 def _is_torch_version(model: SemanticModel, expr: ast.AST, depth: int) -> bool:
     """``torch.__version__``, a parse of it, a tuple made of its parts, or a
     variable named like ``TORCH_VERSION`` holding one."""
-    if depth > 4:
+    if depth > 10:
         return False
     if isinstance(expr, (ast.Attribute, ast.Name)):
         qual = model.qualify(expr) if hasattr(expr, "_hl_scope") else None

@@ -30,6 +30,12 @@ LEGACY_SAFE_BUILTINS = frozenset(
         "Hardswish", "Hardsigmoid", "LogSigmoid", "Softmax", "LogSoftmax",
         "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
         "MaxPool2d", "MaxPool3d", "AvgPool2d", "AvgPool3d",
+        # normalisation, adaptive pooling and a few more single-node layers that
+        # library code narrows modules to (pruning, LRP, attribution)
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
+        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d",
+        "Hardtanh", "SELU", "CELU", "Threshold", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
+        "ZeroPad2d",
     }
 )
 

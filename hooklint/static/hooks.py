@@ -290,7 +290,7 @@ class HookIndex:
                 continue
             seen.add(key)
             out.append(instance)
-        if all(r.hook is None and not _known(r.receiver_value) for r in out):
+        if not any(_adds_to(reg, r) for r in out):
             return [reg]  # the call sites say nothing more than the registration
         return out
 
@@ -397,6 +397,16 @@ class HookIndex:
                 return self._callee_alternatives(callee.body if decided else callee.orelse, env, depth + 1)
             return self._callee_alternatives(callee.body, env, depth + 1) + \
                 self._callee_alternatives(callee.orelse, env, depth + 1)
+        if isinstance(callee, ast.BoolOp) and isinstance(callee.op, ast.Or):
+            # `getattr(m, "register_full_backward_hook", None) or m.register_backward_hook`: the
+            # first that is there; a registration API found by name is always there on torch >= 1.8
+            out: list[tuple[ast.expr, str, ast.AST]] = []
+            for value in callee.values:
+                found = self._callee_alternatives(value, env, depth + 1)
+                out += found
+                if found and (isinstance(value, ast.Attribute) or isinstance(value, ast.Call)):
+                    break
+            return out
         if isinstance(callee, (ast.Name, ast.Subscript)):
             resolved, where = self.resolver.resolve_expr(callee, env)
             if resolved is not callee and isinstance(resolved, ast.expr):
@@ -485,6 +495,18 @@ def _known(value: Value) -> bool:
     return isinstance(value, TensorValue)
 
 
+def _adds_to(base: Registration, instance: Registration) -> bool:
+    """Does the instance know the hook or the module where the registration alone does not?"""
+    if base.hook is None and instance.hook is not None:
+        return True
+    if _known(base.receiver_value):
+        return False
+    value = instance.receiver_value
+    if _known(value):
+        return True
+    return isinstance(value, ModuleValue) and not isinstance(base.receiver_value, ModuleValue)
+
+
 def _key(reg: Registration) -> tuple:
     hook = reg.hook
     value = reg.receiver_value
@@ -502,6 +524,8 @@ def _may_name_register_api(value: ast.expr) -> bool:
         return isinstance(value.func, ast.Name) and value.func.id == "getattr" and len(value.args) >= 2
     if isinstance(value, ast.IfExp):
         return _may_name_register_api(value.body) or _may_name_register_api(value.orelse)
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+        return any(_may_name_register_api(v) for v in value.values)
     return False
 
 

@@ -22,18 +22,18 @@ def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST, d
         return None
     if isinstance(expr, ast.Subscript):
         inner = caller_supplied(model, inference, expr.value, depth + 1)
-        return f"a submodule of {_strip(inner)}" if inner else None
+        return _part_of(inner)
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get_submodule":
         inner = caller_supplied(model, inference, expr.func.value, depth + 1)
-        return f"a submodule of {_strip(inner)}" if inner else None
+        return _part_of(inner)
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and expr.args:
         inner = caller_supplied(model, inference, expr.args[0], depth + 1)
-        return f"a submodule of {_strip(inner)}" if inner else None
+        return _part_of(inner)
     if isinstance(expr, ast.Attribute):
         if isinstance(expr.value, ast.Name) and expr.value.id == "self" and _is_self(model, expr.value):
             return _stored_argument(model, expr)
         inner = caller_supplied(model, inference, expr.value, depth + 1)
-        return f"a submodule of {_strip(inner)}" if inner else None
+        return _part_of(inner)
     if not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
         return None
     bindings = model.bindings_at(expr)
@@ -56,11 +56,11 @@ def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST, d
             base = iterable.func.value
             if _SUBMODULE_ITERATORS.get(method) == b.path:
                 inner = caller_supplied(model, inference, base, depth + 1)
-                return f"each submodule of {_strip(inner)}" if inner else None
+                return f"each submodule of {_whole(inner)}" if inner else None
             if isinstance(base, ast.Attribute) and base.attr == "_modules" and (
                     (method == "items" and b.path == (1,)) or (method == "values" and b.path == ())):
                 inner = caller_supplied(model, inference, base.value, depth + 1)
-                return f"each child of {_strip(inner)}" if inner else None
+                return f"each child of {_whole(inner)}" if inner else None
         return None
     if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr):
         return caller_supplied(model, inference, b.value, depth + 1)
@@ -81,7 +81,7 @@ def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
         return None
     if value.id not in positional_params(method)[1:] and value.id not in {a.arg for a in method.args.kwonlyargs}:  # type: ignore[attr-defined]
         return None
-    return f"`self.{expr.attr}`, the argument `{value.id}` of `{cls.name}.__init__`"
+    return f"the argument `{value.id}` of `{cls.name}.__init__`"
 
 
 def _is_self(model: SemanticModel, name: ast.Name) -> bool:
@@ -100,12 +100,14 @@ def _qualified(model: SemanticModel, func: ast.AST) -> str:
     return f"{cls.name}.{name}" if cls is not None and getattr(func, "_hl_parent", None) is cls.node else name
 
 
-def _strip(text: str | None) -> str:
-    """"the argument `m` of `f`" reads as "the caller's `m` (argument of `f`)" inside another phrase."""
-    if text is None:
-        return ""
-    if text.startswith("the argument "):
-        rest = text[len("the argument "):]
-        name, _, owner = rest.partition(" of ")
-        return f"the caller's {name} (argument of {owner})"
-    return text
+def _whole(text: str) -> str:
+    """The module a description is about, without "part of"."""
+    return text[len("part of "):] if text.startswith("part of ") else text
+
+
+def _part_of(inner: str | None) -> str | None:
+    if inner is None:
+        return None
+    if inner.startswith(("part of ", "each ")):
+        return inner if inner.startswith("part of ") else f"part of {inner}"
+    return f"part of {inner}"
