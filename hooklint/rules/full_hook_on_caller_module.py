@@ -11,8 +11,9 @@ from hooklint.rules.graph_only import RUNTIME_ERROR
 from hooklint.static.bodies import name_uses
 from hooklint.static.context import FileContext
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
-from hooklint.static.outside import caller_supplied
+from hooklint.static.outside import outside_root
 from hooklint.static.travel import EMPTY
+from hooklint.static.values import ModuleValue
 
 
 class FullHookOnCallerModule(Rule):
@@ -146,13 +147,17 @@ class FullHookOnCallerModule(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         seen: set[int] = set()
         switches_inplace_off: bool | None = None
+        resolver = ctx.hooks.resolver
         for reg in ctx.hooks.instances_by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
-            if id(reg.call) in seen or reg.is_global or reg.receiver is None or reg.traveled:
+            if id(reg.call) in seen or reg.is_global or reg.receiver is None or _needs_grad_input(reg):
                 continue
-            origin = caller_supplied(ctx.model, ctx.inference, reg.receiver)
-            if origin is None or _needs_grad_input(reg):
+            found = outside_root(ctx.model, ctx.inference, reg.receiver)
+            if found is None:
                 continue
-            if ctx.hooks.resolver.envs_at(reg.call, [reg.receiver]) != [EMPTY]:
+            origin, root = found
+            # what the caller passed, followed to the outermost call this file shows
+            envs = resolver.envs_at(reg.call, [root])
+            if any(env is not EMPTY and _shown_in_file(ctx, resolver.origin(root, env)) for env in envs):
                 continue  # a call in this file chooses the module: HKL403 judges it there
             if _runs_forward_itself(ctx, reg):
                 continue  # `out = net(x)` here: the hooked module is the model this code runs
@@ -172,6 +177,20 @@ class FullHookOnCallerModule(Rule):
                      "`output.register_hook(fn)`: `fn` receives that gradient whatever the model does after the "
                      "module.",
             )
+
+
+def _shown_in_file(ctx: FileContext, expr: ast.AST | None) -> bool:
+    """The module a call site passes is one this file builds (`net.fc` with
+    `net = Net()`), so its graph can be judged here."""
+    if expr is None:
+        return False
+    base = expr
+    while isinstance(base, (ast.Attribute, ast.Subscript)):
+        base = base.value
+    if not hasattr(base, "_hl_scope") or outside_root(ctx.model, ctx.inference, expr) is not None:
+        return False
+    value = ctx.inference.infer(base)
+    return isinstance(value, ModuleValue) and (value.local_class is not None or value.torch_class is not None)
 
 
 def _runs_forward_itself(ctx: FileContext, reg: Registration) -> bool:

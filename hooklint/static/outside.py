@@ -16,24 +16,29 @@ from hooklint.static.values import Inference
 _SUBMODULE_ITERATORS = {"modules": (), "named_modules": (1,), "children": (), "named_children": (1,)}
 
 
-def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST, depth: int = 0) -> str | None:
+def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST) -> str | None:
     """How ``expr`` is (part of) a module the caller passed in, or None."""
+    found = outside_root(model, inference, expr)
+    return found[0] if found is not None else None
+
+
+def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
+                 depth: int = 0) -> tuple[str, ast.expr] | None:
+    """(how ``expr`` comes from the caller, the expression naming what the caller
+    passed: the parameter, or ``self.attr`` stored from one), or None."""
     if depth > 6:
         return None
     if isinstance(expr, ast.Subscript):
-        inner = caller_supplied(model, inference, expr.value, depth + 1)
-        return _part_of(inner)
+        return _part_of(outside_root(model, inference, expr.value, depth + 1))
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get_submodule":
-        inner = caller_supplied(model, inference, expr.func.value, depth + 1)
-        return _part_of(inner)
+        return _part_of(outside_root(model, inference, expr.func.value, depth + 1))
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and expr.args:
-        inner = caller_supplied(model, inference, expr.args[0], depth + 1)
-        return _part_of(inner)
+        return _part_of(outside_root(model, inference, expr.args[0], depth + 1))
     if isinstance(expr, ast.Attribute):
         if isinstance(expr.value, ast.Name) and expr.value.id == "self" and _is_self(model, expr.value):
-            return _stored_argument(model, expr)
-        inner = caller_supplied(model, inference, expr.value, depth + 1)
-        return _part_of(inner)
+            stored = _stored_argument(model, expr)
+            return (stored, expr) if stored is not None else None
+        return _part_of(outside_root(model, inference, expr.value, depth + 1))
     if not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
         return None
     bindings = model.bindings_at(expr)
@@ -48,22 +53,22 @@ def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST, d
             return None
         if func in inference.applied_functions():
             return None  # `net.apply(fn)`: the file shows the modules
-        return f"the argument `{expr.id}` of `{_qualified(model, func)}`"
+        return f"the argument `{expr.id}` of `{_qualified(model, func)}`", expr
     if b.kind == "for" and isinstance(b.value, ast.AST):
         iterable = b.value
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
             method = iterable.func.attr
             base = iterable.func.value
             if _SUBMODULE_ITERATORS.get(method) == b.path:
-                inner = caller_supplied(model, inference, base, depth + 1)
-                return f"each submodule of {_whole(inner)}" if inner else None
+                inner = outside_root(model, inference, base, depth + 1)
+                return (f"each submodule of {_whole(inner[0])}", inner[1]) if inner else None
             if isinstance(base, ast.Attribute) and base.attr == "_modules" and (
                     (method == "items" and b.path == (1,)) or (method == "values" and b.path == ())):
-                inner = caller_supplied(model, inference, base.value, depth + 1)
-                return f"each child of {_whole(inner)}" if inner else None
+                inner = outside_root(model, inference, base.value, depth + 1)
+                return (f"each child of {_whole(inner[0])}", inner[1]) if inner else None
         return None
     if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr):
-        return caller_supplied(model, inference, b.value, depth + 1)
+        return outside_root(model, inference, b.value, depth + 1)
     return None
 
 
@@ -105,9 +110,8 @@ def _whole(text: str) -> str:
     return text[len("part of "):] if text.startswith("part of ") else text
 
 
-def _part_of(inner: str | None) -> str | None:
-    if inner is None:
+def _part_of(found: tuple[str, ast.expr] | None) -> tuple[str, ast.expr] | None:
+    if found is None:
         return None
-    if inner.startswith(("part of ", "each ")):
-        return inner if inner.startswith("part of ") else f"part of {inner}"
-    return f"part of {inner}"
+    text, root = found
+    return (text if text.startswith("part of ") else f"part of {text}"), root
