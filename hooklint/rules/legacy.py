@@ -10,7 +10,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
-from hooklint.static.forward import LEGACY_SAFE_BUILTINS, UNKNOWN, WRONG, ForwardAnalysis, LegacyVerdict
+from hooklint.static.forward import LEGACY_SAFE_BUILTINS, SAFE, UNKNOWN, ForwardAnalysis, LegacyVerdict
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.values import ModuleValue, src
 
@@ -165,18 +165,11 @@ class LegacyBackwardHook(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        forward = ForwardAnalysis(ctx.model, ctx.inference)
         for group in legacy_groups(ctx):
             reg = group[0]
             target = reg.describe_target() if len(group) == 1 else _helper_target(group)
             message = (f"`{reg.method_name}` on {target} is the legacy backward hook: it binds to the last autograd "
                        f"op of the module's forward, not to the module")
-            unseen = _grad_input_unseen(ctx, group, forward)
-            if unseen is not None:
-                hook_name, gi = unseen
-                message += (f"; the hook `{hook_name}` reads `{gi}`, which then holds that op's input gradients "
-                            f"(hooklint cannot see the module's forward: if it runs more than one autograd op, they "
-                            f"are not the module's input gradients)")
             yield self.finding(
                 ctx,
                 reg.name_node,
@@ -233,19 +226,21 @@ class LegacyHookGradInput(Rule):
     computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
 
     ## Known problems
-    Statically, the rule reports only what the source shows: a built-in layer
-    whose legacy `grad_input` is verified against torch (`nn.Linear`,
-    `nn.Sequential`, `nn.Dropout`, ...), a class of the same file whose
-    `forward` ends in another op, or a module an `isinstance`/`type` test
-    narrowed to such a class.  A hooked module whose class the file cannot
-    show (a parameter, a loop over `model.modules()`, an attribute of an
-    object from another file) is not reported here: HKL101's message then
-    says that the hook reads `grad_input` and what that holds.  Built-in layers
-    that are a single op with the input first (activations, convolutions,
-    normalisation, pooling), modules narrowed to them (`if isinstance(m,
-    nn.ReLU)`, in the loop or in the hook itself) and `class MyConv(nn.Conv2d)`
-    without its own forward are not reported.  An `isinstance` test also
-    admits subclasses, whose forward may run more ops.
+    Statically, the rule says the gradient is wrong (an error) only where the
+    source shows it: a built-in layer whose legacy `grad_input` is verified
+    against torch (`nn.Linear`, `nn.Sequential`, `nn.Dropout`, ...), a class
+    of the same file whose `forward` ends in another op, or a module an
+    `isinstance`/`type` test narrowed to classes that include such a layer.
+    On a hooked module whose class the file cannot show (a parameter such as
+    `target_layer`, each module of a caller's model, an attribute of an object
+    from another file), it is reported as a **warning** that says what is
+    known: the hook reads `grad_input`, which is the module's input gradient
+    only if the module is a single op taking its input first.  Built-in
+    layers that are such an op (activations, convolutions, normalisation,
+    pooling: each checked against torch), modules narrowed to them (`if
+    isinstance(m, nn.ReLU)`, in the loop or in the hook itself) and `class
+    MyConv(nn.Conv2d)` without its own forward are not reported.  An
+    `isinstance` test also admits subclasses, whose forward may run more ops.
 
     The module and the hook are followed through the calls of the same file:
     a helper's parameters (`add_hook(net.fc, save_grad)`, several calls
@@ -320,11 +315,14 @@ class LegacyHookGradInput(Rule):
         "    for m in model.modules():\n"
         "        if isinstance(m, nn.ReLU):\n"
         "            m.register_backward_hook(guided)\n",
-        # a module whose class the file cannot show: HKL101 says what grad_input may be
-        "def log(module, grad_input, grad_output):\n"
-        "    print(grad_input[0].norm())\n"
-        "def watch(target_layer):\n"
-        "    target_layer.register_backward_hook(log)\n",
+        # the hook reads grad_input only where it has narrowed its module to a single op
+        "import torch.nn as nn\n"
+        "def clip(module, grad_input, grad_output):\n"
+        "    if isinstance(module, nn.ReLU):\n"
+        "        return (grad_input[0].clamp(min=0),)\n"
+        "def prepare(model):\n"
+        "    for m in model.modules():\n"
+        "        m.register_backward_hook(clip)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -355,6 +353,13 @@ class LegacyHookGradInput(Rule):
             "    return gin0, gin1 * 2, gin2 * 3\n"
             "net = Net()\n"
             "hook = net.layer1.register_backward_hook(backward_hook)  # HKL101, HKL102\n"
+        ),
+        # a module whose class the file cannot show: a warning that says so
+        Invalid(
+            "def log(module, grad_input, grad_output):\n"
+            "    print(grad_input[0].norm())\n"
+            "def watch(target_layer):\n"
+            "    target_layer.register_backward_hook(log)  # HKL101, HKL102\n"
         ),
         # the hook and the module reach the registration through a helper's parameters
         Invalid(
@@ -397,18 +402,24 @@ class LegacyHookGradInput(Rule):
         if pairs and not unsafe:
             return None  # the graph shows grad_input starts with the module's input gradients
         module = reg.receiver_module
+        severity = None
         if unsafe:
             message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
             origin = Origin.GRAPH
         else:
             verdict = forward.legacy_verdict(module)
-            if verdict.verdict != WRONG:
-                return None  # single-op, or not known: HKL101 says what it can
-            message = self._message(reg, gi, what, module, verdict)
+            if verdict.verdict == SAFE:
+                return None  # a single op whose first input is the module's: deprecated (HKL101), not wrong
+            if verdict.verdict == UNKNOWN:
+                # what can be proven, at the severity that matches
+                message = self._unseen_message(reg, gi, what)
+                severity = Severity.WARNING
+            else:
+                message = self._message(reg, gi, what, module, verdict)
             origin = Origin.STATIC
         related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
         related += site_notes(ctx, [r for r in group if r.hook is not None and r.hook.node is reg.hook.node])
-        return self.finding(
+        finding = self.finding(
             ctx,
             reg.name_node,
             message,
@@ -418,6 +429,15 @@ class LegacyHookGradInput(Rule):
             related=related,
             origin=origin,
         )
+        return finding.with_changes(severity=severity) if severity is not None else finding
+
+    @staticmethod
+    def _unseen_message(reg: Registration, gi: str, what: str) -> str:
+        hook_name = reg.hook.name if reg.hook else "the hook"
+        return (f"legacy backward hook `{hook_name}` {what} `{gi}` on {reg.describe_target()}, whose forward "
+                f"hooklint cannot see: unless that module is a single autograd op taking its input first (a "
+                f"convolution, an activation), `{gi}` holds the input gradients of the last op its forward runs, "
+                f"not the module's")
 
     @staticmethod
     def _message(reg: Registration, gi: str, what: str, module: ModuleValue | None,
@@ -502,20 +522,6 @@ def _helper_target(group: list[Registration]) -> str:
     if sites:
         return f"`{text}` (from {len(sites)} call{'s' if len(sites) > 1 else ''} in this file)"
     return f"`{text}`"
-
-
-def _grad_input_unseen(ctx: FileContext, group: list[Registration],
-                       forward: ForwardAnalysis) -> tuple[str, str] | None:
-    """(hook, grad_input parameter) of a hook that reads grad_input on a module hooklint cannot judge."""
-    for reg in group:
-        if reg.hook is None:
-            continue
-        gi = reg.param("grad_input")
-        if gi is None or not grad_input_uses(ctx, reg, gi):
-            continue
-        if forward.legacy_verdict(reg.receiver_module).verdict == UNKNOWN:
-            return reg.hook.name, gi
-    return None
 
 
 _SAFETY_ORDER = {Applicability.DISPLAY_ONLY: 0, Applicability.UNSAFE: 1, Applicability.SAFE: 2}
