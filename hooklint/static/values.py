@@ -378,28 +378,44 @@ class Inference:
                                      owner=base.local_class, via="method")
             assigned = base.local_class.attribute(expr.attr)
             if len(assigned) == 1:
-                return self.infer(assigned[0][0])
+                value = self.infer(assigned[0][0])
+                if value is None and self._wrapped_module_argument(base.local_class, expr.attr, assigned,
+                                                                   module_class=False):
+                    return ModuleValue(description=_src(expr))
+                return value
             return None
         if isinstance(base, TensorValue) and expr.attr in ("data", "T", "mT"):
             return TensorValue(leaf=base.leaf, requires_grad=False if expr.attr == "data" else base.requires_grad)
         return None
 
     def _wrapped_module_argument(self, cls: ClassInfo, attr: str,
-                                 assigned: list[tuple[ast.expr, object, ast.AST]]) -> bool:
-        """``self.<attr> = module`` in a module's ``__init__`` from an unannotated
-        argument, then called as ``self.<attr>(x)`` or ``self.<attr>.forward(x)``:
-        a wrapper around a module (DataParallel-, hook- and pruning-style)."""
+                                 assigned: list[tuple[ast.expr, object, ast.AST]], module_class: bool = True) -> bool:
+        """``self.<attr> = module`` (or ``module.to(device)``) in ``__init__`` from an
+        unannotated argument, then called as ``self.<attr>(x)`` or
+        ``self.<attr>.forward(x)``: a wrapper around a module (DataParallel-,
+        hook-, pruning- and framework-adapter style).  In a class that is not
+        known to be a module, the attribute must also be used as only modules
+        are (``self.<attr>.parameters()``, ``.named_modules()``...)."""
         init = cls.method("__init__")
         if init is None or len(assigned) != 1:
             return False
         value = assigned[0][0]
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in _MODULE_RETURNING_SELF:
+            value = value.func.value  # `module.to(device)` returns the module
         if not isinstance(value, ast.Name) or value.id not in positional_params(init)[1:] \
                 or self.model.enclosing_function(value) is not init:
             return False
         bindings = self.model.bindings_at(value)
         if len(bindings) != 1 or bindings[0].kind != "param" or bindings[0].value.annotation is not None:  # type: ignore[union-attr]
             return False
-        return any(_calls_self_attribute(call, attr) for name in (attr, "forward")
+        mine = [call for name in (attr, "forward") for call in self.model.method_calls.get(name, ())
+                if self.model.enclosing_class(call) is cls]
+        if not any(_calls_self_attribute(call, attr) for call in mine):
+            return False
+        if module_class:
+            return True
+        return any(_calls_self_attribute_method(call, attr) for name in _MODULE_ONLY_METHODS
                    for call in self.model.method_calls.get(name, ()) if self.model.enclosing_class(call) is cls)
 
     # ----------------------------------------------------------------- calls
@@ -489,6 +505,20 @@ class Inference:
             if call is not None:
                 return CallableValue(call, bound=1, owner=value.local_class, via="__call__")
         return None
+
+
+# Methods only torch modules have (together: a stored argument used with them is one).
+_MODULE_ONLY_METHODS = ("parameters", "named_parameters", "named_modules", "named_children", "state_dict",
+                        "load_state_dict", "register_forward_hook", "register_forward_pre_hook",
+                        "register_full_backward_hook", "named_buffers")
+_MODULE_RETURNING_SELF = ("to", "cuda", "cpu", "train", "eval", "float", "double", "half", "requires_grad_")
+
+
+def _calls_self_attribute_method(call: ast.Call, attr: str) -> bool:
+    """``self.<attr>.<method>(...)``."""
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) \
+        and func.value.attr == attr and isinstance(func.value.value, ast.Name) and func.value.value.id == "self"
 
 
 def _calls_self_attribute(call: ast.Call, attr: str) -> bool:

@@ -266,5 +266,7 @@ def test_a_wrapper_calling_forward_skips_the_wrapped_modules_hooks():
     layer.register_forward_hook(lambda m, i, o: fired.append("hook"))
     identity["Pruner"](layer)(torch.rand(1, 2))
     assert fired == []
+    identity["FrameworkAdapter"](layer).call(torch.rand(1, 2))
+    assert fired == []
     layer(torch.rand(1, 2))
     assert fired == ["hook"]
