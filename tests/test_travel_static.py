@@ -239,3 +239,33 @@ def test_a_local_method_of_the_same_name_is_not_torch_but_is_followed():
     """)
     regs = _instances(ctx)
     assert len(regs) == 1 and regs[0].hook.name == "hook" and regs[0].call.lineno == 9
+
+
+def test_a_test_on_the_key_keeps_each_handler_with_its_api():
+    ctx = _ctx("""
+        import torch.nn as nn
+        def fwd(module, inputs, output):
+            pass
+        def bwd(module, grad_input, grad_output):
+            return (grad_input[0] * 2,)
+        def install(m, hooks):
+            for kind, fn in hooks.items():
+                if kind == "forward":
+                    m.register_forward_hook(fn)
+                else:
+                    m.register_full_backward_hook(fn)
+        install(nn.Linear(2, 2), {"forward": fwd, "backward": bwd})
+    """)
+    pairs = sorted((r.kind.value, r.hook.name) for r in _instances(ctx))
+    assert pairs == [("forward", "fwd"), ("full-backward", "bwd")]
+
+
+def test_a_flag_passed_by_the_caller_chooses_the_branch():
+    ctx = _ctx("""
+        import torch.nn as nn
+        def attach(module, fn, full):
+            name = "register_full_backward_hook" if full else "register_backward_hook"
+            return getattr(module, name)(fn)
+        attach(nn.Conv2d(2, 2, 3), print, full=True)
+    """)
+    assert [r.kind for r in _instances(ctx)] == [HookKind.FULL_BACKWARD]

@@ -179,16 +179,6 @@ class Resolver:
         exprs = [e for e in exprs if e is not None]
         func = self.model.enclosing_function(node)
         names = self._names_in(exprs, func)
-        loops = self._literal_loops(node, names, func)
-        # the loops fixed to each of their items, jointly
-        envs: list[Env] = []
-        loop_choices = []
-        for loop, iterable in loops:
-            items = self._items(iterable, EMPTY)
-            if items is None:
-                continue
-            loop_choices.append([(loop, element, env) for element, env in items])
-        combos = list(itertools.islice(itertools.product(*loop_choices), MAX_ENVS)) if loop_choices else [()]
         base_envs = [EMPTY]
         entered = self._entered_function(func, names) if depth < MAX_DEPTH else None
         if entered is not None:
@@ -203,12 +193,65 @@ class Resolver:
                         break
             if not base_envs:
                 return []  # every call of the function is in a fallback that never runs
+        envs: list[Env] = []
         for base in base_envs:
+            # the loops over literal collections around the node, fixed to each of their items jointly
+            choices = []
+            for loop, items in self._literal_loops(node, names, func, base):
+                choices.append([(loop, element, where) for element, where in items])
+            combos = list(itertools.islice(itertools.product(*choices), MAX_ENVS)) if choices else [()]
             for combo in combos:
-                envs.append(base.with_items(tuple(combo)) if combo else base)
+                env = base.with_items(tuple(combo)) if combo else base
+                if env is not EMPTY and not self.consistent(node, env):
+                    continue  # `if kind == "forward":` around the node, with kind "backward" here
+                envs.append(env)
                 if len(envs) >= MAX_ENVS:
                     return envs
         return envs
+
+    def consistent(self, node: ast.AST, env: Env) -> bool:
+        """False when a test that must hold where ``node`` runs is false under ``env``."""
+        from hooklint.static.identity import holding_tests
+
+        return all(self.truth(test, env) is not False for test in holding_tests(node))
+
+    def truth(self, test: ast.AST, env: Env, depth: int = 0) -> bool | None:
+        """The value of a test under ``env``, when its names are fixed there:
+        ``kind == "forward"``, ``kind in ("forward", "backward")``, ``full``, ``not full``."""
+        if depth > 6:
+            return None
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self.truth(test.operand, env, depth + 1)
+            return None if inner is None else not inner
+        if isinstance(test, ast.BoolOp):
+            values = [self.truth(v, env, depth + 1) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if any(v is False for v in values) else (True if all(values) else None)
+            return True if any(v is True for v in values) else (False if all(v is False for v in values) else None)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            op, right = test.ops[0], test.comparators[0]
+            if isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+                left_values = self.strings(test.left, env)
+                if left_values is None or len(left_values) != 1:
+                    return None
+                if isinstance(op, (ast.Eq, ast.NotEq)):
+                    other = self.strings(right, env)
+                    if other is None or len(other) != 1:
+                        return None
+                    same = left_values[0] == other[0]
+                    return same if isinstance(op, ast.Eq) else not same
+                if isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in right.elts):
+                    inside = left_values[0] in [e.value for e in right.elts]  # type: ignore[attr-defined]
+                    return inside if isinstance(op, ast.In) else not inside
+            return None
+        if isinstance(test, ast.Constant):
+            return bool(test.value)
+        if isinstance(test, ast.Name) and env is not EMPTY:
+            resolved, where = self.resolve_expr(test, env)
+            if resolved is not test and isinstance(resolved, (ast.Constant, ast.Name, ast.UnaryOp, ast.Compare)):
+                return self.truth(resolved, where, depth + 1)
+        return None
 
     def _entered_function(self, func: ast.AST | None, names: set[str]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The innermost function (``func`` or one enclosing it: closures read
@@ -255,19 +298,21 @@ class Resolver:
                     names.add("self")
         return names
 
-    def _literal_loops(self, node: ast.AST, names: set[str], func: ast.AST | None) -> list[tuple[ast.AST, ast.expr]]:
+    def _literal_loops(self, node: ast.AST, names: set[str], func: ast.AST | None,
+                       env: Env) -> list[tuple[ast.AST, list[tuple[ast.expr, Env]]]]:
         """Enclosing ``for`` loops (in the same function) binding one of ``names``
-        over a literal collection (or a dict's items)."""
+        over a collection written out in the code (or a dict's items), with their items."""
         out = []
         child = node
         parent = getattr(node, "_hl_parent", None)
-        while parent is not None and parent is not func:
+        while parent is not None and parent is not func and len(out) < 2:
             if isinstance(parent, (ast.For, ast.AsyncFor)) and child is not parent.iter:
                 bound = {n.id for n in ast.walk(parent.target) if isinstance(n, ast.Name)}
-                if bound & names and self._items(parent.iter, EMPTY) is not None:
-                    out.append((parent, parent.iter))
+                items = self._items(parent.iter, env) if bound & names else None
+                if items is not None:
+                    out.append((parent, items))
             child, parent = parent, getattr(parent, "_hl_parent", None)
-        return out[:2]
+        return out
 
     def _items(self, iterable: ast.AST, env: Env) -> list[tuple[ast.expr, Env]] | None:
         """The elements a loop over ``iterable`` yields, when written out in the code."""
@@ -403,6 +448,8 @@ class Resolver:
             return None if inner is None else [template.replace("{}", s) for s in inner]
         if isinstance(expr, ast.IfExp):
             decided = decide(self.model, expr.test)
+            if decided is None:
+                decided = self.truth(expr.test, env)
             if decided is not None:
                 return self.strings(expr.body if decided else expr.orelse, env, depth + 1)
             a, b = self.strings(expr.body, env, depth + 1), self.strings(expr.orelse, env, depth + 1)
