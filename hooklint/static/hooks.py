@@ -212,13 +212,13 @@ class HookIndex:
         self.dead: list[tuple[Registration, str]] = []
 
     @cached_property
-    def _all(self) -> list[list[Registration]]:
-        """Every registering call's instances (the first is its own registration)."""
-        groups: list[list[Registration]] = []
+    def _all(self) -> list[tuple[Registration, list[Registration]]]:
+        """Every registering call: its registration as written, and its instances."""
+        groups: list[tuple[Registration, list[Registration]]] = []
         for call in self.model.calls_of_method(*METHOD_KINDS):
             reg = self._method_registration(call)
             if reg is not None:
-                groups.append(self._expand(reg))
+                groups.append((reg, self._expand(reg)))
         candidates = [c for name in GLOBAL_KINDS for c in self.model.method_calls.get(name, [])]
         # bare names, possibly imported under an alias
         candidates += [c for calls in self.model.name_calls.values() for c in calls]
@@ -233,37 +233,38 @@ class HookIndex:
             hook_expr = _hook_arg(call)
             reg = Registration(call, kind, None, None, hook_expr,
                                self.inference.callable_of(hook_expr) if hook_expr else None, is_global=True)
-            groups.append(self._expand(reg))
-        groups += self._dynamic_registrations()
-        live: list[list[Registration]] = []
-        for group in groups:
-            group = [r for r in group if r is not None]
+            groups.append((reg, self._expand(reg)))
+        # a name-chosen API has no registration as written: its first way stands for it
+        groups += [(group[0], group) for group in self._dynamic_registrations()]
+        live: list[tuple[Registration, list[Registration]]] = []
+        for base, group in groups:
             if not group:
                 continue
-            reason = self.resolver.dead(group[0].call)
+            reason = self.resolver.dead(base.call)
             if reason is None:
-                reason = self._only_called_dead(group[0].call)
+                reason = self._only_called_dead(base.call)
             if reason is not None:
-                self.dead.append((group[0], reason))
+                self.dead.append((base, reason))
                 continue
-            live.append(group)
+            live.append((base, group))
         live.sort(key=lambda g: (g[0].call.lineno, g[0].call.col_offset))
         return live
 
     @cached_property
     def registrations(self) -> list[Registration]:
-        return [group[0] for group in self._all]
+        """One per registering call, as written (what the lifetime rules reason about)."""
+        return [base for base, _group in self._all]
 
     @cached_property
     def instances(self) -> list[Registration]:
-        return [reg for group in self._all for reg in group]
+        return [reg for _base, group in self._all for reg in group]
 
     def instances_by_kind(self, *kinds: HookKind) -> list[Registration]:
         return [r for r in self.instances if r.kind in kinds]
 
     def instances_of(self, call: ast.Call) -> list[Registration]:
-        for group in self._all:
-            if group[0].call is call:
+        for base, group in self._all:
+            if base.call is call:
                 return group
         return []
 
