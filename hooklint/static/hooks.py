@@ -12,6 +12,7 @@ which parameter is ``grad_input`` and which is ``grad_output``.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import enum
 from dataclasses import dataclass
 from functools import cached_property
@@ -301,12 +302,16 @@ class HookIndex:
         value = resolver.value(receiver, env) if receiver is not None else None
         if kind.is_module and isinstance(value, TensorValue):
             value = None
+        hook_origin = resolver.origin(reg.hook_expr, env) if reg.hook_expr is not None else None
+        if hook is not None and hook_origin is not None and hook.via == "":
+            # handed over as an argument: the helper may use it otherwise too (fixes stay unsafe)
+            hook = dataclasses.replace(hook, via="argument")
         return Registration(
             reg.call, kind, receiver, value, reg.hook_expr, hook, is_global=reg.is_global,
             with_kwargs=reg.with_kwargs, method=reg.method, name_at=reg.name_at, env=env,
             via=tuple(site.call for site in env.sites),
             receiver_origin=resolver.origin(receiver, env),
-            hook_origin=resolver.origin(reg.hook_expr, env) if reg.hook_expr is not None else None,
+            hook_origin=hook_origin,
         )
 
     def _only_called_dead(self, call: ast.Call) -> str | None:

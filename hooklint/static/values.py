@@ -77,7 +77,7 @@ class CallableValue:
     bound: int = 0
     bound_keywords: frozenset[str] = frozenset()
     owner: ClassInfo | None = None
-    via: str = ""  # "factory", "partial", "method", "__call__"
+    via: str = ""  # "factory", "partial", "method", "__call__", "argument" (passed to a helper)
 
     @property
     def params(self) -> list[str]:
