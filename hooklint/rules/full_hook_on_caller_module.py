@@ -101,7 +101,7 @@ class FullHookOnCallerModule(Rule):
 
     code = "HKL405"
     name = "full-hook-on-caller-module"
-    summary = "A full backward hook on a module the caller supplies fails if the caller's model modifies its output in place"
+    summary = "A full backward hook on a caller's module fails if the caller's model modifies its output in place"
     severity = Severity.INFO
     triggers = ("register_full_backward_hook", "register_full_backward_pre_hook") + DYNAMIC_NAME_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (

@@ -84,7 +84,8 @@ def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
     method = scope.node
     if getattr(method, "name", "") != "__init__" or not isinstance(value, ast.Name):
         return None
-    if value.id not in positional_params(method)[1:] and value.id not in {a.arg for a in method.args.kwonlyargs}:  # type: ignore[attr-defined]
+    params = set(positional_params(method)[1:]) | {a.arg for a in method.args.kwonlyargs}  # type: ignore[attr-defined]
+    if value.id not in params:
         return None
     return f"the argument `{value.id}` of `{cls.name}.__init__`"
 

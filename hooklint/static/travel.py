@@ -130,6 +130,7 @@ class Resolver:
         self.inference = inference
         self._sites: dict[ast.AST, list[Site]] = {}
         self._dead: dict[ast.AST, str | None] = {}
+        self._envs: dict[tuple, list[Env]] = {}
 
     # ------------------------------------------------------------ call sites
     def sites_of(self, func: ast.AST) -> list[Site]:
@@ -177,6 +178,14 @@ class Resolver:
         """The environments ``node`` (in some function) can run under, as far as
         ``exprs`` (the expressions that matter there) depend on them."""
         exprs = [e for e in exprs if e is not None]
+        key = (id(node), tuple(id(e) for e in exprs), depth)
+        if key in self._envs:
+            return self._envs[key]
+        self._envs[key] = [EMPTY]  # a recursive helper reaching itself again stops here
+        self._envs[key] = found = self._envs_at(node, exprs, depth)
+        return found
+
+    def _envs_at(self, node: ast.AST, exprs: list[ast.AST], depth: int) -> list[Env]:
         func = self.model.enclosing_function(node)
         names = self._names_in(exprs, func)
         base_envs = [EMPTY]
@@ -184,6 +193,8 @@ class Resolver:
         if entered is not None:
             base_envs = []
             for site in self.sites_of(entered):
+                if len(base_envs) >= MAX_ENVS:
+                    break
                 if self.dead(site.call):
                     continue
                 used = [site.call] + ([site.self_expr] if site.self_expr is not None else [])

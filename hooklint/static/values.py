@@ -407,8 +407,10 @@ class Inference:
                 or self.model.enclosing_function(value) is not init:
             return False
         bindings = self.model.bindings_at(value)
-        if len(bindings) != 1 or bindings[0].kind != "param" or bindings[0].value.annotation is not None:  # type: ignore[union-attr]
+        if len(bindings) != 1 or bindings[0].kind != "param":
             return False
+        if bindings[0].value.annotation is not None:  # type: ignore[union-attr]
+            return False  # annotated: the annotation says what it is
         mine = [call for name in (attr, "forward") for call in self.model.method_calls.get(name, ())
                 if self.model.enclosing_class(call) is cls]
         if not any(_calls_self_attribute(call, attr) for call in mine):
