@@ -108,9 +108,7 @@ def _print_diff(settings: FixSettings, report: Report, results: list[FileFix], n
     from hooklint.report.text import render_notices, use_color
 
     changed = [r for r in results if r.changed]
-    from hooklint.fix.files import unified_diff
-
-    sys.stdout.write("".join(unified_diff(r.path, r.outcome.original, r.outcome.text) for r in changed))
+    sys.stdout.write("".join(r.diff() for r in changed))
     sys.stdout.flush()
     all_notices = report.notices + notices
     if not settings.quiet:
