@@ -111,8 +111,10 @@ def _print_diff(settings: FixSettings, report: Report, results: list[FileFix], n
     sys.stdout.write("".join(r.diff() for r in changed))
     sys.stdout.flush()
     all_notices = report.notices + notices
+    # -q keeps the errors (and drops the rest)
+    sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr),
+                                    levels=frozenset({NoticeLevel.ERROR}) if settings.quiet else None))
     if not settings.quiet:
-        sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr)))
         if settings.show:
             sys.stderr.write(fixed_listing(fixed, "Would fix"))
         sys.stderr.write(_diff_summary(report, fixed, len(changed), settings))

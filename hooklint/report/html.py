@@ -19,7 +19,7 @@ from html import escape
 from typing import Mapping, Sequence
 
 from hooklint import __version__
-from hooklint.findings import Applicability, Finding, Report, Severity
+from hooklint.findings import Applicability, Finding, NoticeLevel, Report, Severity
 from hooklint.fix.apply import preview
 from hooklint.fix.files import split_lines, unified_diff
 from hooklint.report import RuleInfo, SourceLoader, frame_text
@@ -145,7 +145,11 @@ def render_html(report: Report, *, sources: SourceLoader, catalog: Mapping[str, 
             body += [_finding_html(f, frame_text(sources, f.path, f.cell), catalog.get(f.code), pictures.get(f, ()))
                      for f in items]
     else:
-        body.append('<h2>No findings</h2><p>All checks passed.</p><div class="controls hidden">'
+        errors = report.count_notices(NoticeLevel.ERROR)
+        verdict = "All checks passed." if not errors else (
+            f"No findings, but the results are incomplete: {_plural(errors, 'error')} in the analysis "
+            "(see the notices below).")
+        body.append(f'<h2>No findings</h2><p>{verdict}</p><div class="controls hidden">'
                     '<input type="search" id="filter"><span id="shown"></span></div>')
     body += _notices(report)
     body.append("</main>")

@@ -145,6 +145,10 @@ def parse_for_target(text: str, filename: str, target: tuple[int, int] | None) -
     when the text does not parse here but the target is newer than the
     running Python, and ValueError/MemoryError/RecursionError as ast.parse."""
     running = sys.version_info[:2]
+    # Not the file's name: given a real file name, CPython reads the file back
+    # to place some errors, and a notebook's file (JSON) or the file behind
+    # --stdin-filename is not this text.
+    filename = "<unknown>"
     with warnings.catch_warnings():
         # invalid escape sequences etc. in user code are not our business
         warnings.simplefilter("ignore")
@@ -331,15 +335,18 @@ def place_in_cell(f: Finding, notebook: Notebook, display: str) -> Finding:
             edits.append(replace(edit, location=Location(a[1], a[2]), end_location=Location(b[1], b[2])))
         else:
             fix = replace(fix, edits=tuple(edits))
+    if fix is not None:
+        fix = replace(fix, message=notebook.describe_rows(fix.message))
     related = tuple(_place_related(r, notebook, display) for r in f.related)
-    return replace(f, cell=cell, location=Location(row, col), end_location=end, fix=fix, related=related)
+    return replace(f, cell=cell, location=Location(row, col), end_location=end, fix=fix, related=related,
+                   message=notebook.describe_rows(f.message), help=notebook.describe_rows(f.help))
 
 
 def _place_related(r: Related, notebook: Notebook, display: str) -> Related:
     if r.path != display or r.cell is not None:
         return r
     cell, row, col = notebook.to_cell(r.location.row, r.location.column)
-    return replace(r, cell=cell, location=Location(row, col))
+    return replace(r, cell=cell, location=Location(row, col), message=notebook.describe_rows(r.message))
 
 
 def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> list[Finding]:

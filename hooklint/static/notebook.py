@@ -100,6 +100,32 @@ class Notebook:
             return cell.number, last, (len(cell.lines[last - 1]) + 1 if cell.lines else 1)
         return cell.number, max(in_cell, 1), max(column, 1)
 
+    def describe_rows(self, message: str) -> str:
+        """Rows named in a message ("at line 58", "lines 12, 40"), which count
+        in the Python text, as cells and rows in them."""
+        if "line" not in message:
+            return message
+
+        def one(row: int) -> tuple[int, int] | None:
+            if not self.cells or not 1 <= row <= self.cells[-1].first_row + len(self.cells[-1].lines):
+                return None
+            cell, in_cell, _col = self.to_cell(row, 1)
+            return cell, in_cell
+
+        def single(match: re.Match) -> str:
+            found = one(int(match.group(1)))
+            return match.group(0) if found is None else f"cell {found[0]}, line {found[1]}"
+
+        def several(match: re.Match) -> str:
+            rows = [int(n) for n in re.findall(r"\d+", match.group(1))]
+            found = [one(row) for row in rows]
+            if any(f is None for f in found):
+                return match.group(0)
+            return "lines " + ", ".join(f"{r} of cell {c}" for c, r in found)  # type: ignore[misc]
+
+        message = re.sub(r"\blines (\d+(?:(?:, | and )\d+)+)\b", several, message)
+        return re.sub(r"\bline (\d+)\b", single, message)
+
     def cell(self, number: int) -> CodeCell | None:
         for cell in self.cells:
             if cell.number == number:
@@ -351,8 +377,8 @@ def mask_ipython(lines: list[str], first_code_cell: bool = True) -> tuple[list[s
         if i in masked:
             continue
         at_start = scanner.at_statement_start()
-        if continued:
-            mask(i, _indent(line) + "pass")
+        if continued:  # the rest of a magic that a backslash continues: a comment, at any indentation
+            mask(i, _indent(line) + "#")
             continued = line.rstrip().endswith("\\")
             continue
         stripped = line.strip()
