@@ -76,7 +76,7 @@ def unknown_noqa_codes(text: str, known: frozenset[str]) -> list[tuple[int, str]
     """(row, code) of each HKL code named in a ``# noqa`` comment that is not a
     rule: a typo there silently suppresses nothing.  Other tools' codes (E501)
     are theirs.  Fast on the files that name no HKL code at all."""
-    if "HKL" not in text and "hkl" not in text and "Hkl" not in text:
+    if "HKL" not in text and "hkl" not in text:
         return []
     if not any(_has_unknown(m.group("codes"), known) for m in _CODES_IN_NOQA.finditer(text)):
         return []
