@@ -13,7 +13,8 @@ from typing import Any
 from hooklint.rules import UnknownRuleError, all_rules, default_codes, expand_selectors
 
 DEFAULT_EXCLUDES = (
-    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".mypy_cache", ".nox",
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".ipynb_checkpoints", ".mypy_cache",
+    ".nox",
     ".pants.d", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "venv",
 )

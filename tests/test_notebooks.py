@@ -207,14 +207,17 @@ def test_file_level_noqa_in_any_cell(tmp_path):
 # ---------------------------------------------------------------- files, prefilter, cache
 
 
-def test_walking_finds_notebooks_and_skips_checkpoints_of_gitignore(tmp_path):
+def test_walking_finds_notebooks_and_skips_checkpoints(tmp_path):
     (tmp_path / "nb.ipynb").write_text(notebook_json([code_cell(MODEL_CELL + HOOK_CELL)]))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "other.ipynb").write_text(notebook_json([code_cell(MODEL_CELL)]))
     (tmp_path / ".ipynb_checkpoints").mkdir()
     (tmp_path / ".ipynb_checkpoints" / "nb-checkpoint.ipynb").write_text(
         notebook_json([code_cell(MODEL_CELL + HOOK_CELL)]))
-    (tmp_path / ".gitignore").write_text(".ipynb_checkpoints/\n")
     r = run_cli("check", "--show-files", ".", cwd=tmp_path)
-    assert r.stdout.splitlines() == ["nb.ipynb"], r.stderr
+    assert r.stdout.splitlines() == ["nb.ipynb", "sub/other.ipynb"], r.stderr
+    r = run_cli("check", "--static-only", "--output-format", "concise", ".", cwd=tmp_path)
+    assert r.stdout.startswith("nb.ipynb:cell 1:") and r.stdout.count("HKL101") == 1
 
 
 def test_prefilter_reads_the_cells_not_the_json(tmp_path):
