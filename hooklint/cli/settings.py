@@ -44,6 +44,8 @@ def show_settings(options: CheckOptions, args: argparse.Namespace) -> int:
         key = f.name.replace("_", "-")
         value = getattr(cfg, f.name)
         line = f"{key} = {_toml_value(value)}"
+        if key == "select" and value is None:
+            line = "select = (not set: the rules that are on by default)"
         if key == "exclude" and value is None:
             line = f"exclude = {_toml_value(list(DEFAULT_EXCLUDES))}  # the defaults"
         if key == "target-version":
