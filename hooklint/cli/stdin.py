@@ -89,7 +89,7 @@ def _fix(name: str, shown: str, data: bytes, report: Report, options: CheckOptio
 
     def recheck(text: str):
         return check_text(name, text, options.codes, display_path=shown, ignored=ignored,
-                          prefilter=options.prefilter).findings
+                          prefilter=options.prefilter, on_disk=False).findings
 
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
     return fix_source(shown, source, report.findings, allowed=allowed, recheck=recheck, write=False)

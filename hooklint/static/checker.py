@@ -145,10 +145,6 @@ def parse_for_target(text: str, filename: str, target: tuple[int, int] | None) -
     when the text does not parse here but the target is newer than the
     running Python, and ValueError/MemoryError/RecursionError as ast.parse."""
     running = sys.version_info[:2]
-    # Not the file's name: given a real file name, CPython reads the file back
-    # to place some errors, and a notebook's file (JSON) or the file behind
-    # --stdin-filename is not this text.
-    filename = "<unknown>"
     with warnings.catch_warnings():
         # invalid escape sequences etc. in user code are not our business
         warnings.simplefilter("ignore")
@@ -191,12 +187,17 @@ def check_text(
     prefilter: bool = True,
     target: tuple[int, int] | None = None,
     notebook: Notebook | None = None,
+    on_disk: bool = True,
 ) -> FileResult:
     """Check one text.  ``target``: the Python version whose syntax is valid
     (None: the running Python's).  ``notebook``: set when ``text`` is a
     notebook's Python text (:mod:`hooklint.static.notebook`); findings are then
-    placed in cells."""
+    placed in cells.  ``on_disk``: False when the file at ``path`` may not hold
+    this text (stdin)."""
     display = display_path or path
+    # Given a file name, CPython reads that file back to place some syntax
+    # errors: a notebook's file is JSON, and stdin's named file is not the text.
+    parse_name = display if on_disk and notebook is None else "<unknown>"
     result = FileResult(display)
     active = frozenset(codes - ignored)
     if not active:
@@ -214,7 +215,7 @@ def check_text(
                                      f"{MAX_PARSED_CHARS // 2 ** 20} M hooklint parses (generated code?); not checked",
                                      NoticeLevel.SKIP))
         return result
-    parsed = _parse(text, display, target, notebook, active, result)
+    parsed = _parse(text, display, parse_name, target, notebook, active, result)
     if parsed is None:
         return result
     tree, text, syntax_findings = parsed
@@ -228,7 +229,7 @@ def check_text(
     return result
 
 
-def _parse(text: str, display: str, target: tuple[int, int] | None, notebook: Notebook | None,
+def _parse(text: str, display: str, parse_name: str, target: tuple[int, int] | None, notebook: Notebook | None,
            active: frozenset[str], result: FileResult) -> tuple[ast.Module, str, list[Finding]] | None:
     """(tree, the text it is of, HKL001 findings of broken notebook cells), or
     None when nothing more can be checked (the findings and notices are then in
@@ -236,7 +237,7 @@ def _parse(text: str, display: str, target: tuple[int, int] | None, notebook: No
     syntax_findings: list[Finding] = []
     for attempt in (1, 2):
         try:
-            return parse_for_target(text, display, target), text, syntax_findings
+            return parse_for_target(text, parse_name, target), text, syntax_findings
         except _NewerSyntax as newer:
             if notebook is None or attempt == 2:
                 result.notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0)))
@@ -292,7 +293,7 @@ def _drop_broken_cells(text: str, notebook: Notebook, display: str, target: tupl
             continue
         cell_text = "".join(line + "\n" for line in cell.lines)
         try:
-            parse_for_target(cell_text, display, target)
+            parse_for_target(cell_text, "<unknown>", target)
             continue
         except _NewerSyntax as newer:
             notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0), f"cell {cell.number}, "))
@@ -411,7 +412,7 @@ def check_file(
     except SourceError as err:
         return source_error_result(display, err, codes, ignored)
     return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
-                      target=target, notebook=notebook)
+                      target=target, notebook=notebook, on_disk=data is None)
 
 
 def source_error_result(display: str, err: SourceError, codes: frozenset[str],
