@@ -183,3 +183,19 @@ def test_show_settings_says_where_the_target_comes_from(tmp_path):
 def test_bad_target_version_flag_is_a_usage_error(tmp_path):
     r = run_cli("check", "--target-version", "py2", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@needs_old_python
+def test_a_notebook_cell_with_newer_syntax_is_skipped_alone(tmp_path):
+    """A cell that needs the target's syntax gets the notice; the other cells
+    are still checked."""
+    from test_notebooks import HOOK_CELL, MODEL_CELL, code_cell, notebook_json
+
+    project(tmp_path, ">=3.12")
+    (tmp_path / "nb.ipynb").write_text(notebook_json([code_cell(MODEL_CELL), code_cell("type Grad = object\n"),
+                                                      code_cell(HOOK_CELL)]))
+    r = run_cli("check", "--static-only", "--output-format", "concise", "nb.ipynb", cwd=tmp_path)
+    assert r.stdout.startswith("nb.ipynb:cell 3:4:7: HKL101"), r.stdout + r.stderr
+    assert "HKL001" not in r.stdout
+    assert "hooklint: skip: nb.ipynb: cell 2 not checked (the other cells are): it does not parse on Python 3." \
+        in r.stderr and "(line 1: invalid syntax)" in r.stderr

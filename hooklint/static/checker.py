@@ -167,11 +167,12 @@ def parse_for_target(text: str, filename: str, target: tuple[int, int] | None) -
             raise
 
 
-def _newer_syntax_notice(display: str, exc: SyntaxError, target: tuple[int, int], where: str = "") -> Notice:
+def _newer_syntax_notice(display: str, exc: SyntaxError, target: tuple[int, int], cell: int | None = None) -> Notice:
     running = sys.version_info[:2]
+    what = "not checked" if cell is None else f"cell {cell} not checked (the other cells are)"
     return Notice(display, (
-        f"not checked: it does not parse on {python_version_label(running)}, which hooklint runs on "
-        f"({where}line {exc.lineno or 1}: {exc.msg}), and the project targets {python_version_label(target)}, "
+        f"{what}: it does not parse on {python_version_label(running)}, which hooklint runs on "
+        f"(line {exc.lineno or 1}: {exc.msg}), and the project targets {python_version_label(target)}, "
         f"whose newer syntax this may be; run hooklint on {python_version_label(target)} or later to check it"),
         NoticeLevel.SKIP)
 
@@ -241,7 +242,7 @@ def _parse(text: str, display: str, parse_name: str, target: tuple[int, int] | N
         except _NewerSyntax as newer:
             if notebook is None or attempt == 2:
                 result.notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0)))
-                return None
+                break
         except SyntaxError as exc:
             if notebook is None or attempt == 2:
                 if "HKL001" in active:
@@ -296,7 +297,7 @@ def _drop_broken_cells(text: str, notebook: Notebook, display: str, target: tupl
             parse_for_target(cell_text, "<unknown>", target)
             continue
         except _NewerSyntax as newer:
-            notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0), f"cell {cell.number}, "))
+            notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0), cell.number))
         except SyntaxError as exc:
             if "HKL001" in active:
                 row = min(max(exc.lineno or 1, 1), len(cell.lines))
