@@ -95,6 +95,13 @@ def test_add_noqa_skips_a_line_that_ends_inside_a_string(tmp_path):
     assert "no noqa comment added for line 3" in r.stderr
 
 
+@pytest.mark.parametrize("extra", [["--fix"], ["--diff"], ["-"]])
+def test_add_noqa_with_fix_diff_or_stdin_is_a_usage_error(project, extra):
+    r = check(project, "--add-noqa", *extra, input=BAD)
+    assert r.returncode == 2 and "--add-noqa edits files in place" in r.stderr
+    assert (project / "bad.py").read_text() == BAD
+
+
 # ---------------------------------------------------------------- --show-settings / --show-files
 
 

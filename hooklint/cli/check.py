@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         from hooklint.cli.settings import show_files
 
         return show_files(options, args, stdin=stdin)
+    if args.add_noqa and (getattr(args, "fix", False) or getattr(args, "diff", False) or stdin):
+        raise UsageError("--add-noqa edits files in place: it cannot be combined with --fix, --diff or stdin")
     if stdin:
         from hooklint.cli.stdin import check_stdin
 
