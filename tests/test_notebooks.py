@@ -399,3 +399,17 @@ def test_add_noqa_in_a_notebook(tmp_path):
     assert "model.register_backward_hook(show)  # noqa: HKL101\n" in cell and "!nvidia-smi" in cell
     r = run_cli("check", "--static-only", "nb.ipynb", cwd=tmp_path)
     assert r.returncode == 0, r.stdout
+
+
+def test_fix_keeps_crlf_and_ascii_escapes(tmp_path):
+    """A notebook written with CRLF line breaks and \\u escapes (ensure_ascii)
+    keeps both; only the fixed line changes."""
+    nb = json.loads(notebook_json([code_cell("# café\n" + MODEL_CELL),
+                                   code_cell(HOOK_CELL.replace("print(", "print('é', "))]))
+    text = json.dumps(nb, indent=2, ensure_ascii=True).replace("\n", "\r\n") + "\r\n"
+    path = tmp_path / "nb.ipynb"
+    path.write_bytes(text.encode())
+    r = run_cli("check", "--static-only", "--fix", "nb.ipynb", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes().decode() == text.replace("register_backward_hook", "register_full_backward_hook")
+    assert "\\u00e9" in text
