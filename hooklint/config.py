@@ -241,7 +241,27 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
     return cfg
 
 
+_TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; a file read before (same size and mtime) is not
+    parsed again (finding the configuration, then `requires-python`, read the
+    same pyproject.toml)."""
+    try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _TOML_CACHE:
+        return _TOML_CACHE[key]
+    data = _parse_toml(path)
+    if key is not None:
+        _TOML_CACHE[key] = data
+    return data
+
+
+def _parse_toml(path: Path) -> dict[str, Any]:
     try:  # Python 3.11+; imported here, as most runs read no configuration
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
