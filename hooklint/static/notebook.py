@@ -193,6 +193,9 @@ class Notebook:
     def with_sources(self, sources: dict[int, str]) -> str:
         """The JSON text with these cells' sources replaced, everything else
         (indentation, key order, outputs, metadata, final newline) unchanged."""
+        missing = [n for n in sources if n not in self._values]
+        if missing:
+            raise ValueError(f"cell {missing[0]}: its source was not found in the JSON text")
         pieces, pos = [], 0
         for number in sorted(sources, key=lambda n: self._values[n].start):
             value = self._values[number]
