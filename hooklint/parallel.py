@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes, internal_error_result
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
-from hooklint.static.checker import FileResult, check_text
-from hooklint.static.source import SourceError, decode_source
+from hooklint.static.checker import FileResult, check_text, read_checkable
+from hooklint.static.source import SourceError
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
     from concurrent.futures import Future
@@ -94,12 +94,13 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
     if expected_sha is not None and record.sha256 == expected_sha:
         return Outcome(index, None, record)
     try:
-        text = decode_source(data)
+        text, notebook = read_checkable(path, data)
     except SourceError:
         return Outcome(index, _guarded_check(path, options, None), None)  # reports the decoding problem
     try:
         result = check_text(path, text, options.codes, display_path=display_path(path),
-                            ignored=ignored_codes(path, options), prefilter=options.prefilter)
+                            ignored=ignored_codes(path, options), prefilter=options.prefilter,
+                            target=options.config.target(), notebook=notebook)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise
