@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from hooklint.static.output_grad_hook import helper_source
+
 from conftest import ROOT, run_cli
 
 BAD = """\
@@ -26,6 +28,14 @@ def log(module, grad_input, grad_output):
 layer = nn.Linear(4, 2)
 layer.register_backward_hook(log)
 """
+
+def fixed(text: str) -> str:
+    """BAD after HKL101's fix without graph facts (unsafe): the hook moves to
+    the module's output tensor, through a helper written after the imports."""
+    head, _, rest = text.partition("\n\n")
+    return (head + "\n\n\n" + helper_source() + "\n\n" + rest).replace(
+        "layer.register_backward_hook(log)", "layer.register_forward_hook(output_grad_hook(log))")
+
 
 CLEAN = """\
 import torch.nn as nn
@@ -170,9 +180,9 @@ def test_stdin_force_exclude(tmp_path):
 
 
 def test_stdin_fix_prints_the_fixed_source(project):
-    r = check(project, "-", "--stdin-filename", "m.py", "--fix", input=BAD)
+    r = check(project, "-", "--stdin-filename", "m.py", "--fix", "--unsafe-fixes", input=BAD)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == BAD.replace("register_backward_hook", "register_full_backward_hook")
+    assert r.stdout == fixed(BAD)
     assert "Fixed 1 finding." in r.stderr
     r = check(project, "-", "--fix", input=CLEAN)
     assert r.stdout == CLEAN and r.returncode == 0
@@ -182,20 +192,20 @@ def test_stdin_fix_prints_the_fixed_source(project):
 
 
 def test_stdin_diff(project):
-    r = check(project, "-", "--stdin-filename", "m.py", "--diff", input=BAD)
+    r = check(project, "-", "--stdin-filename", "m.py", "--diff", "--unsafe-fixes", input=BAD)
     assert r.returncode == 1
-    assert "-layer.register_backward_hook(log)\n+layer.register_full_backward_hook(log)\n" in r.stdout
+    assert "-layer.register_backward_hook(log)\n+layer.register_forward_hook(output_grad_hook(log))\n" in r.stdout
     assert not (project / "m.py").exists()
 
 
 def test_stdin_notebook(project):
-    from test_notebooks import HOOK_CELL, MODEL_CELL, code_cell, notebook_json
+    from test_notebooks import FIXED_HOOK_CELL, HOOK_CELL, MODEL_CELL, code_cell, notebook_json
 
     text = notebook_json([code_cell(MODEL_CELL), code_cell(HOOK_CELL)])
     r = check(project, "-", "--stdin-filename", "nb.ipynb", "--output-format", "concise", input=text)
     assert r.stdout.startswith("nb.ipynb:cell 2:4:7: HKL101"), r.stdout + r.stderr
-    r = check(project, "-", "--stdin-filename", "nb.ipynb", "--fix", input=text)
-    assert r.stdout == text.replace("register_backward_hook", "register_full_backward_hook"), r.stderr
+    r = check(project, "-", "--stdin-filename", "nb.ipynb", "--fix", "--unsafe-fixes", input=text)
+    assert r.stdout == notebook_json([code_cell(MODEL_CELL), code_cell(FIXED_HOOK_CELL)]), r.stderr
 
 
 def test_stdin_with_other_paths_is_a_usage_error(project):
@@ -260,7 +270,7 @@ def test_summary_once_with_notices_and_fixes(project, tmp_path):
                                     + "def f(:\n")  # does not parse anywhere
     r = check(project, ".")
     assert _summary_count(r.stderr) == 1 and "not checked" in r.stderr, r.stderr
-    r = check(project, "--fix", ".")
+    r = check(project, "--fix", "--unsafe-fixes", ".")
     assert _summary_count(r.stderr) == 1 and "Fixed 1 finding." in r.stderr, r.stderr
 
 
