@@ -13,6 +13,7 @@ from hooklint.config import Config
 from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel, Report
 from hooklint.static.checker import FileResult, check_file
+from hooklint.static.notebook import is_notebook
 
 
 class UsageError(Exception):
@@ -78,8 +79,8 @@ def ignored_codes(path: str, options: CheckOptions) -> frozenset[str]:
 def check_one(path: str, options: CheckOptions, graph: Any = None, *,
               project_answers: dict[str, Any] | None = None, summarize: bool = False) -> FileResult:
     return check_file(path, options.codes, display_path=display_path(path), ignored=ignored_codes(path, options),
-                      graph=graph, prefilter=options.prefilter, project_answers=project_answers,
-                      summarize=summarize)
+                      graph=graph, prefilter=options.prefilter, target=options.config.target(),
+                      project_answers=project_answers, summarize=summarize)
 
 
 def internal_error_result(path: str, exc: Exception) -> FileResult:
@@ -91,8 +92,10 @@ def run_check(options: CheckOptions) -> Report:
     files = discover(options)
     report = Report(files_checked=len(files))
     graph_facts: dict[str, Any] = {}
-    if not options.static_only and options.graph_provider is not None and files:
-        graph_facts, notices = options.graph_provider(files, options.config)
+    # notebooks are never imported: the graph layer sees Python files only
+    modules = [path for path in files if not is_notebook(path)]
+    if not options.static_only and options.graph_provider is not None and modules:
+        graph_facts, notices = options.graph_provider(modules, options.config)
         report.notices.extend(notices)
     results = check_many(files, options, graph_facts)
     for result in results:

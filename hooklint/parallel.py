@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes, internal_error_result
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
-from hooklint.static.checker import FileResult, check_text
+from hooklint.static.checker import FileResult, check_text, read_checkable
 from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
-from hooklint.static.source import SourceError, decode_source, read_regular_file
+from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
     from concurrent.futures import Future
@@ -99,13 +99,14 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
     if expected_sha is not None and record.sha256 == expected_sha:
         return Outcome(index, None, record)
     try:
-        text = decode_source(data)
+        text, notebook = read_checkable(path, data)
     except SourceError:
         return Outcome(index, _guarded_check(path, options, None), None)  # reports the decoding problem
     try:
         result = check_text(path, text, options.codes, display_path=display_path(path),
                             ignored=ignored_codes(path, options), prefilter=options.prefilter,
-                            project_answers=answers, summarize=summarize)
+                            target=options.config.target(), notebook=notebook, project_answers=answers,
+                            summarize=summarize)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise
@@ -148,7 +149,7 @@ def scan_task(index: int, path: str, names: tuple[str, ...], for_cache: bool) ->
     if not any(name.encode() in data for name in names):
         return ScanOutcome(index, None, record)
     try:
-        text = decode_source(data)
+        text = read_checkable(path, data)[0]
         summary = summarize_source(path, text, display_path(path), names)
     except SourceError:
         summary = None
@@ -175,7 +176,7 @@ def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ..
     sites on the chains of callers it follows; see ProjectIndex.missing)."""
     try:
         data, record = read_for_cache(path) if for_cache else (read_regular_file(path)[0], None)
-        facts = site_facts_of_source(path, decode_source(data), display_path(path), positions)
+        facts = site_facts_of_source(path, read_checkable(path, data)[0], display_path(path), positions)
     except SourceError:
         return RefineOutcome(index, {}, None)
     except Exception:  # noqa: BLE001 - missing facts only lose call sites

@@ -91,7 +91,7 @@ def read_for_cache(path: str) -> tuple[bytes, Record]:
 
 class StaticCache:
     def __init__(self, folder: Path, codes: frozenset[str], *, per_file_ignores: dict[str, list[str]],
-                 root: Path, prefilter: bool):
+                 root: Path, prefilter: bool, target_version: str | None = None):
         self.folder = folder
         key_data = {
             "format": INDEX_FORMAT, "hooklint": __version__, "code": code_fingerprint(),
@@ -99,6 +99,8 @@ class StaticCache:
             "per-file-ignores": sorted((k, sorted(v)) for k, v in per_file_ignores.items()),
             "root": str(root), "cwd": os.getcwd(), "prefilter": prefilter,
         }
+        if target_version is not None:  # which syntax is valid changes results (HKL001)
+            key_data["target-version"] = target_version
         self.key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:32]
         self.index_path = folder / "static" / f"{self.key}.json"
         self._entries: dict[str, list[Any]] | None = None
@@ -263,4 +265,4 @@ def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
     if not folder.is_absolute():
         folder = config.root / folder
     return StaticCache(folder, codes, per_file_ignores=config.per_file_ignores, root=config.root,
-                       prefilter=prefilter)
+                       prefilter=prefilter, target_version=getattr(config, "target_version", None))

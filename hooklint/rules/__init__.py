@@ -19,6 +19,7 @@ _RULE_MODULES = (
     "hooklint.rules.arguments",
     "hooklint.rules.autograd_function",
     "hooklint.rules.graph_only",
+    "hooklint.rules.full_hook_on_caller_module",
     "hooklint.rules.runtime_only",
 )
 

@@ -662,7 +662,13 @@ class ForwardBypassesHooks(Rule):
     ## Fix safety
     The fix replaces `module.forward(...)` with `module(...)`.  It is
     **unsafe**: the hooks registered on the module then run, which can change
-    the result (that is the point, but review it).
+    the result (that is the point, but review it).  A full backward hook on
+    the module then runs too, and if an in-place op modifies the module's
+    output (`nn.ReLU(inplace=True)` after it) the forward fails (HKL403):
+    when hooklint sees that (the result of `.forward(...)` passed to an
+    in-place op or modified in place in the same function, or the graph's
+    facts), no fix is offered.  `--fix --verify` does not apply this fix (no
+    model run proves it).
 
     ## References
     - [`nn.Module.forward`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.forward):
@@ -786,7 +792,9 @@ class ForwardBypassesHooks(Rule):
             )
 
     @staticmethod
-    def _fix(ctx: FileContext, func: ast.Attribute) -> Fix:
+    def _fix(ctx: FileContext, func: ast.Attribute) -> Fix | None:
+        if _full_hook_breaks_call(ctx, func.value):
+            return None
         _start, receiver_end = ctx.span(func.value)
         _fstart, func_end = ctx.span(func)
         return Fix(
@@ -794,6 +802,57 @@ class ForwardBypassesHooks(Rule):
             edits=(Edit("", receiver_end, func_end),),
             applicability=Applicability.UNSAFE,
         )
+
+
+def _full_hook_breaks_call(ctx: FileContext, receiver: ast.AST) -> bool:
+    """Calling the module would run a full backward hook registered on it,
+    and an in-place op modifies its output after it: the forward would then
+    fail ("Output 0 of BackwardHookFunction is a view and is being modified
+    inplace", HKL403) where `.forward(...)` ran."""
+    full = ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE)
+    if not full:
+        return False
+    same = [r for r in full if r.is_global or _same_module(ctx, r.receiver, receiver)]
+    if not same:
+        return False
+    call = getattr(getattr(receiver, "_hl_parent", None), "_hl_parent", None)
+    return isinstance(call, ast.Call) and _result_modified_in_place(ctx, call, receiver)
+
+
+def _same_module(ctx: FileContext, a: ast.AST | None, b: ast.AST) -> bool:
+    if a is None:
+        return False
+    if _object_key(ctx, a) == _object_key(ctx, b):
+        return True
+    if isinstance(a, ast.Attribute) and isinstance(b, ast.Attribute) and a.attr == b.attr:
+        owner_a, owner_b = ctx.inference.infer(a.value), ctx.inference.infer(b.value)
+        if isinstance(owner_a, ModuleValue) and isinstance(owner_b, ModuleValue) \
+                and owner_a.local_class is not None and owner_a.local_class is owner_b.local_class:
+            return True  # `block.conv` and `self.conv` in Block's methods
+    if ctx.graph is not None:
+        from hooklint.graph.link import modules_for
+
+        known = {(id(model), module.path) for model, module in modules_for(ctx, b)}
+        return any((id(model), module.path) in known for model, module in modules_for(ctx, a))
+    return False
+
+
+def _result_modified_in_place(ctx: FileContext, call: ast.Call, receiver: ast.AST) -> bool:
+    """``relu_(m.forward(x))``, ``y = m.forward(x); y += 1``..., or the graph's word for it."""
+    from hooklint.rules.graph_only import _inplace_of_name, _use_of  # HKL403's patterns
+
+    if _use_of(ctx, call) is not None:
+        return True
+    parent = getattr(call, "_hl_parent", None)
+    function = ctx.model.enclosing_function(call)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name) \
+            and function is not None and _inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
+        return True
+    if ctx.graph is not None:
+        from hooklint.graph.link import modules_for
+
+        return any(module.output_inplace is not None for _model, module in modules_for(ctx, receiver))
+    return False
 
 
 def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:

@@ -71,11 +71,11 @@ class Reason:
         elif self.kind == "step":
             text = f"{call} at {at(self.path, self.line)} runs in a module's `forward`, on every step"
         elif self.kind == "public":
-            text = f"{call} is a public method: every call on the same object hooks the same module again"
+            text = f"{call} is a public method: every call on the same object registers the hook again"
         elif self.kind == "constructor":
-            text = f"every new object, `{self.call}`, hooks again the module it is given"
+            text = f"every new object, `{self.call}`, registers the hook again on what it is given"
         elif self.kind == "function":
-            text = f"{call} is a public function: every call with the same module hooks it again"
+            text = f"{call} is a public function: every call with the same arguments registers the hook again"
         else:
             shown = ", ".join(str(n) for n in self.lines[:4])
             where = "this file" if self.path == here else self.path
