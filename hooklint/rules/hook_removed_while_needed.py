@@ -207,14 +207,16 @@ class HookRemovedWhileNeeded(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         by_removal: dict[int, tuple[Removal, ClassInfo, str, tuple[ast.AST, str, bool], list[Registration]]] = {}
-        for reg in ctx.hooks.registrations:
-            dest = destination(ctx, reg)
-            if dest.kind not in ("attribute", "container") or dest.owner is None or dest.attr is None:
+        kept = [(reg, dest) for reg, dest in ((r, destination(ctx, r)) for r in ctx.hooks.registrations)
+                if dest.kind in ("attribute", "container") and dest.owner is not None and dest.attr is not None]
+        stored_by: dict[tuple[int, str], list[ast.AST | None]] = {}
+        for _reg, dest in kept:
+            stored_by.setdefault((id(dest.owner), dest.attr), []).append(dest.method)  # type: ignore[arg-type]
+        for reg, dest in kept:
+            if not self._registered_once(ctx, dest.owner, dest.method):  # type: ignore[arg-type]
                 continue
-            if not self._registered_once(ctx, dest.owner, dest.method):
-                continue
-            if self._registered_again(ctx, dest.owner, dest.attr, dest.method):
-                continue
+            if any(method is not dest.method for method in stored_by[(id(dest.owner), dest.attr)]):  # type: ignore[index]
+                continue  # another method stores a new handle there: registered again on demand
             for removal in removals(ctx, dest.owner, dest.attr):
                 if removal.conditional or removal.method is dest.method:
                     continue
@@ -239,15 +241,6 @@ class HookRemovedWhileNeeded(Rule):
         callers = ctx.project.local_callers(qual)
         owner = ctx.qualname(cls.node)
         return bool(callers) and all(c in (f"{owner}.__init__", f"{owner}.__post_init__") for c in callers)
-
-    @staticmethod
-    def _registered_again(ctx: FileContext, cls: ClassInfo, attr: str, setup: ast.AST | None) -> bool:
-        """Another method of the class stores a new handle in the same attribute."""
-        for reg in ctx.hooks.registrations:
-            dest = destination(ctx, reg)
-            if dest.owner is cls and dest.attr == attr and dest.method is not setup:
-                return True
-        return False
 
     def _runs_again(self, ctx: FileContext, cls: ClassInfo, method: ast.AST,
                     depth: int = 0) -> tuple[ast.AST, str, bool] | None:

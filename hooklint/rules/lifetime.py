@@ -1220,15 +1220,13 @@ class _LeakAnalysis:
         ctx = self.ctx
         if "." not in ctx.module or _is_script(ctx.tree) or _is_test_file(ctx.path):
             return  # a script or a test: the library API of a package is what callers retry after an error
-        candidates: dict[int, ast.AST] = {}
-        for call in ctx.model.calls_of_method("remove"):
-            func = function_of(call)
-            if isinstance(func, FunctionNode):
-                candidates[id(func)] = func
-                cls = ctx.model.enclosing_class(func)
-                if cls is not None and func in cls.methods.values():  # a helper: its callers in the class
-                    for method in cls.methods.values():
-                        candidates.setdefault(id(method), method)
+        removing = _functions_reaching(ctx, {id(f): f for f in (function_of(c) for c in
+                                                               ctx.model.calls_of_method("remove"))
+                                             if isinstance(f, FunctionNode)})
+        registering = _functions_reaching(ctx, {id(f): f for f in (function_of(r.call) for r in
+                                                                   ctx.hooks.registrations)
+                                                if isinstance(f, FunctionNode)})
+        candidates = {key: func for key, func in removing.items() if key in registering}
         flow = RemovalFlow(ctx)
         for func in sorted(candidates.values(), key=lambda f: f.lineno):
             if function_of(func) is not None:
@@ -1427,6 +1425,26 @@ class _LeakAnalysis:
                     continue
                 return True
         return False
+
+
+def _functions_reaching(ctx: FileContext, functions: dict[int, ast.AST]) -> dict[int, ast.AST]:
+    """``functions`` and the functions of the file that call one of them by
+    name (``self._remove_hooks()``, ``helper(m)``, ``model.apply(helper)``),
+    one level up: the helpers a function uses to register or remove."""
+    out = dict(functions)
+    model = ctx.model
+    for func in list(functions.values()):
+        name = getattr(func, "name", None)
+        if name is None:
+            continue
+        calls = list(model.method_calls.get(name, ())) + list(model.name_calls.get(name, ()))
+        calls += [c for c in model.method_calls.get("apply", ()) if c.args and
+                  getattr(c.args[0], "attr", getattr(c.args[0], "id", None)) == name]
+        for call in calls:
+            caller = function_of(call)
+            if isinstance(caller, FunctionNode):
+                out.setdefault(id(caller), caller)
+    return out
 
 
 def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from hooklint.static.flow import executed_nodes, function_of
+from hooklint.static.flow import block_of, executed_nodes, function_of
 from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
 from hooklint.static.callgraph import is_self_param
 
@@ -384,37 +384,84 @@ class RemovalFlow:
 
     # ------------------------------------------------------------ the check
     def unprotected(self, func: ast.AST) -> list[UnprotectedRemoval]:
+        """One walk of the function: its registering calls and removing calls
+        (direct, or through a helper), paired by where the handles are kept,
+        in order; then a call that runs the caller's code between them."""
+        calls = [node for node in executed_nodes(func) if isinstance(node, ast.Call)]
+        if not calls:
+            return []
+        direct = {id(reg.call): reg for reg in self._by_function.get(id(func), ())}
+        events: list[tuple[int, str, StorageKey, Any]] = []  # (order, "reg"/"rem", key, reg or call)
+        for order, call in enumerate(calls):
+            reg = direct.get(id(call))
+            if reg is not None:
+                key = self.registration_storage(reg)
+                if key is not None:
+                    events.append((order, "reg", key, reg))
+            func_node = call.func
+            if isinstance(func_node, ast.Attribute) and func_node.attr == "remove" and not call.args:
+                key = self.removal_storage(call)
+                if key is not None:
+                    events.append((order, "rem", key, call))
+            helper = self._helper(call, func)
+            if helper is not None:
+                events += [(order, "reg", key, r) for key, r in self._registrations_of_helper(helper)]
+                events += [(order, "rem", key, call) for key in self._removals_of_helper(helper)]
+        if not any(kind == "rem" for _o, kind, _k, _x in events):
+            return []
         out = []
-        for block in _blocks(func):
-            registered: list[tuple[int, StorageKey, "Registration"]] = []
-            for index, stmt in enumerate(block):
-                for key, node in self.removed_in(stmt, func):
-                    regs = tuple(reg for _i, k, reg in registered if k == key)
-                    if not regs:
-                        continue
-                    first = min(i for i, k, _r in registered if k == key)
-                    risky = self._risky_call(block[first + 1:index + 1], func, stop=node)
-                    if risky is not None and not _protected(self, node, risky, func, key):
-                        out.append(UnprotectedRemoval(node, regs, risky, func))
-                    registered = [entry for entry in registered if entry[1] != key]
-                for key, reg in self.registered_in(stmt, func):
-                    registered.append((index, key, reg))
+        pending: dict[StorageKey, list[tuple[int, "Registration"]]] = {}
+        for order, kind, key, item in events:
+            if kind == "reg":
+                pending.setdefault(key, []).append((order, item))
+                continue
+            regs = [(o, r) for o, r in pending.pop(key, []) if _precedes_in_block(r.call, item, func)]
+            if not regs:
+                continue
+            first = min(o for o, _r in regs)
+            risky = self._risky_call(calls[first + 1:order], func)
+            if risky is not None and not _protected(self, item, risky, func, key):
+                out.append(UnprotectedRemoval(item, tuple(r for _o, r in regs), risky, func))
         return out
 
-    def _risky_call(self, stmts: list[ast.stmt], func: ast.AST, stop: ast.AST) -> ast.Call | None:
+    def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
         """A call that runs the caller's code (its model, a function it
         passed) between the registration and the removal."""
         arguments = _all_params(func)
         params = {a.arg for a in arguments}
         self_name = arguments[0].arg if arguments and is_self_param(self.ctx.model, arguments[0]) else None
         cls = self.ctx.model.enclosing_class(func)
-        for stmt in stmts:
-            for node in executed_nodes(stmt):
-                if node is stop:
-                    return None
-                if isinstance(node, ast.Call) and _runs_callers_code(node, params, self_name, cls):
-                    return node
+        for call in calls:
+            if _runs_callers_code(call, params, self_name, cls):
+                return call
         return None
+
+
+def _precedes_in_block(first: ast.AST, second: ast.AST, func: ast.AST) -> bool:
+    """Does the statement running ``first`` come before the one running
+    ``second`` in a block that holds both (not in two branches of an ``if``)?"""
+    def chain(node: ast.AST) -> list[tuple[int, int]]:
+        out = []
+        cur: ast.AST | None = node
+        while cur is not None and cur is not func:
+            if isinstance(cur, ast.stmt):
+                pos = block_of(cur)
+                if pos is not None:
+                    out.append((id(pos[0]), pos[1]))
+            cur = getattr(cur, "_hl_parent", None)
+        return out
+
+    if first is second:
+        return False
+    seconds = dict(chain(second))
+    for block, index in chain(first):
+        if block in seconds:
+            return index < seconds[block] or (index == seconds[block] and _before(first, second))
+    return False
+
+
+def _before(a: ast.AST, b: ast.AST) -> bool:
+    return (getattr(a, "lineno", 0), getattr(a, "col_offset", 0)) < (getattr(b, "lineno", 0), getattr(b, "col_offset", 0))
 
 
 def _container_of(iterable: ast.AST) -> ast.AST:
