@@ -391,31 +391,32 @@ class RemovalFlow:
         if not calls:
             return []
         direct = {id(reg.call): reg for reg in self._by_function.get(id(func), ())}
-        events: list[tuple[int, str, StorageKey, Any]] = []  # (order, "reg"/"rem", key, reg or call)
+        # (order, "reg"/"rem", key, registration or removing call, the call in this function)
+        events: list[tuple[int, str, StorageKey, Any, ast.Call]] = []
         for order, call in enumerate(calls):
             reg = direct.get(id(call))
             if reg is not None:
                 key = self.registration_storage(reg)
                 if key is not None:
-                    events.append((order, "reg", key, reg))
+                    events.append((order, "reg", key, reg, call))
             func_node = call.func
             if isinstance(func_node, ast.Attribute) and func_node.attr == "remove" and not call.args:
                 key = self.removal_storage(call)
                 if key is not None:
-                    events.append((order, "rem", key, call))
+                    events.append((order, "rem", key, call, call))
             helper = self._helper(call, func)
             if helper is not None:
-                events += [(order, "reg", key, r) for key, r in self._registrations_of_helper(helper)]
-                events += [(order, "rem", key, call) for key in self._removals_of_helper(helper)]
-        if not any(kind == "rem" for _o, kind, _k, _x in events):
+                events += [(order, "reg", key, r, call) for key, r in self._registrations_of_helper(helper)]
+                events += [(order, "rem", key, call, call) for key in self._removals_of_helper(helper)]
+        if not any(event[1] == "rem" for event in events):
             return []
         out = []
-        pending: dict[StorageKey, list[tuple[int, "Registration"]]] = {}
-        for order, kind, key, item in events:
+        pending: dict[StorageKey, list[tuple[int, "Registration", ast.Call]]] = {}
+        for order, kind, key, item, anchor in events:
             if kind == "reg":
-                pending.setdefault(key, []).append((order, item))
+                pending.setdefault(key, []).append((order, item, anchor))
                 continue
-            regs = [(o, r) for o, r in pending.pop(key, []) if _precedes_in_block(r.call, item, func)]
+            regs = [(o, r) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
             if not regs:
                 continue
             first = min(o for o, _r in regs)
@@ -432,6 +433,9 @@ class RemovalFlow:
         self_name = arguments[0].arg if arguments and is_self_param(self.ctx.model, arguments[0]) else None
         cls = self.ctx.model.enclosing_class(func)
         for call in calls:
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+            if name.startswith("register") or name == "apply":
+                continue  # more registrations, not the caller's code
             if _runs_callers_code(call, params, self_name, cls):
                 return call
         return None

@@ -152,6 +152,31 @@ def test_a_hook_removed_only_when_the_model_does_not_raise_stays_after_an_error(
                        fine.layer(torch.ones(1, 2)))
 
 
+def test_hooks_added_through_apply_and_removed_by_a_helper_stay_after_an_error():
+    probe = runpy.run_path(str(PROJECT / "explain" / "probe.py"))
+
+    class Failing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            self.relu(x)
+            raise RuntimeError("bad input")
+
+    model = Failing()
+    clamped = probe["ClampedRelus"](model)
+    for attempt in range(2):
+        with pytest.raises(RuntimeError):
+            clamped.attribute(torch.ones(1))
+    assert len(model.relu._forward_hooks) == 2, "two failed calls, two hooks left on the caller's ReLU"
+    safe = probe["ClampedRelus"](Failing())
+    for attempt in range(2):
+        with pytest.raises(RuntimeError):
+            safe.attribute_safely(torch.ones(1))
+    assert not safe.model.relu._forward_hooks
+
+
 def test_an_object_that_keeps_its_handle_private_hooks_again_per_instance():
     probe = runpy.run_path(str(PROJECT / "explain" / "probe.py"))
     layer = nn.Linear(2, 2)

@@ -232,7 +232,8 @@ def test_the_project_fixture_separates_proven_leaks_from_entry_points(monkeypatc
     warnings = {key for key, value in severities.items() if value == "warning"}
     assert errors == {("explain/cam.py", 12), ("explain/cam.py", 13), ("explain/features.py", 8),
                       ("explain/guided.py", 14)}
-    assert warnings == {("explain/probe.py", 10), ("explain/probe.py", 34), ("explain/probe.py", 42)}
+    assert warnings == {("explain/probe.py", 10), ("explain/probe.py", 34), ("explain/probe.py", 42),
+                        ("explain/probe.py", 70)}
     by_line = {f.location.row: f.message for f in report.findings if f.path == "explain/probe.py"}
     assert "only when `model(...)` at line 9 returns" in by_line[10]
     assert "every new object, `ActivationMonitor(...)`, registers the hook again" in by_line[42]
