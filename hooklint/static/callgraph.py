@@ -743,10 +743,11 @@ class Summarizer:
                 continue
             args = func.args
             kind = function_kind(func)
-            # what a public module-level function returns of its parameters (`return module`:
-            # a function that modifies a module and hands it back installs its hooks on purpose)
-            returned = _fact(self.dependence.returns(func)) if kind == "f" and "." not in local \
-                and not local.startswith("_") else None
+            # the parameters a public module-level function hands back (`return module`: a
+            # function that modifies a module and returns it installs its hooks on purpose)
+            returned = sorted({stmt.value.id for stmt in func.body if isinstance(stmt, ast.Return)
+                               and isinstance(stmt.value, ast.Name)}) \
+                if kind == "f" and "." not in local and not local.startswith("_") else None
             functions[local] = [positional_params(func), [a.arg for a in args.kwonlyargs], len(args.defaults),
                                 kind, bool(args.vararg or args.kwarg), func.lineno, returned]
         classes: dict[str, list[str | None]] = {}
