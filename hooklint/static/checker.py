@@ -41,6 +41,11 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     parsed: bool = False  # False when the text prefilter showed no rule can fire
+    # For the project pass (hooklint.parallel), not part of the stored result:
+    # the file's call-graph summary, and the questions its rules asked about
+    # other files with the answers they got (hooklint.static.project).
+    summary: dict[str, Any] | None = None
+    asked: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,6 +194,8 @@ def check_text(
     target: tuple[int, int] | None = None,
     notebook: Notebook | None = None,
     on_disk: bool = True,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
     """Check one text.  ``target``: the Python version whose syntax is valid
     (None: the running Python's).  ``notebook``: set when ``text`` is a
@@ -221,9 +228,13 @@ def check_text(
         return result
     tree, text, syntax_findings = parsed
     result.parsed = True
-    ctx = FileContext(path, text, tree, display_path=display, graph=graph)
+    ctx = FileContext(path, text, tree, display_path=display, graph=graph, project_answers=project_answers)
     try:
         findings = _run_rules(ctx, active, result)
+        if summarize:
+            result.summary = _summary_of(ctx, result)
+        if "project" in ctx.__dict__:
+            result.asked = ctx.project.asked
     finally:
         ctx.close()
     result.findings = _placed(apply_noqa(text, findings), notebook, display) + syntax_findings
@@ -371,6 +382,19 @@ def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> 
     return findings
 
 
+def _summary_of(ctx: FileContext, result: FileResult) -> dict[str, Any] | None:
+    try:
+        return ctx.summary
+    except RecursionError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the file's findings stand without it
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise
+        result.notices.append(Notice(ctx.display_path, f"internal error in the call-graph summary "
+                                     f"({type(exc).__name__}: {exc}); please report it", NoticeLevel.ERROR))
+        return None
+
+
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:
     if not findings:
         return findings
@@ -404,6 +428,8 @@ def check_file(
     prefilter: bool = True,
     target: tuple[int, int] | None = None,
     data: bytes | None = None,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
     """Check a file (a Jupyter notebook when its name ends in ``.ipynb``);
     ``data``: its bytes when already read."""
@@ -413,7 +439,8 @@ def check_file(
     except SourceError as err:
         return source_error_result(display, err, codes, ignored)
     return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
-                      target=target, notebook=notebook, on_disk=data is None)
+                      target=target, notebook=notebook, on_disk=data is None, project_answers=project_answers,
+                      summarize=summarize)
 
 
 def source_error_result(display: str, err: SourceError, codes: frozenset[str],
