@@ -7,10 +7,10 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.graph_only import RUNTIME_ERROR
 from hooklint.static.bodies import name_uses
 from hooklint.static.context import FileContext
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
+from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import outside_root
 from hooklint.static.travel import EMPTY
 from hooklint.static.values import ModuleValue, src
@@ -178,7 +178,7 @@ class FullHookOnCallerModule(Rule):
                 ctx, reg.name_node, name_only=True,
                 message=(f"{kind}{hook} on `{src(reg.receiver)}` ({origin}): if the caller's model modifies that "
                          f"module's output in place (`nn.ReLU(inplace=True)` after it, `out += identity`), its "
-                         f"forward fails with \"RuntimeError: {RUNTIME_ERROR}\""),
+                         f"forward fails with \"RuntimeError: {FULL_HOOK_INPLACE_ERROR}\""),
                 help="If the hook needs the gradient of the module's output, register a forward hook that calls "
                      "`output.register_hook(fn)`: `fn` receives that gradient whatever the model does after the "
                      "module.",

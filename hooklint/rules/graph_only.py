@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
 from hooklint.findings import Finding, Location, Origin, Related, Severity
@@ -17,22 +16,14 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.forward import inplace_modules
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
-from hooklint.static.semantic import ClassInfo
+from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR, inplace_after_call
 from hooklint.static.values import ModuleValue
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.graph.facts import ModelFacts, ModuleFacts, Op
 
-RUNTIME_ERROR = "Output 0 of BackwardHookFunction is a view and is being modified inplace"
-
 _HELP = ("Make the in-place op out-of-place (`nn.ReLU()` instead of `nn.ReLU(inplace=True)`, `y = y + x` "
          "instead of `y += x`), or clone the module's output before modifying it.")
-
-
-@dataclass(frozen=True)
-class _InplaceSite:
-    description: str  # "ReLU(inplace=True)", "`+=`"
-    node: ast.AST  # where, in this file
 
 
 class FullHookInplace(Rule):
@@ -254,7 +245,7 @@ class FullHookInplace(Rule):
             # nn.ReLU(inplace=True) inside a model: its input comes from earlier layers
             what = f"it modifies its input in place (`{ctx.segment(hooked.call)}`)"  # type: ignore[arg-type]
             return self._at(ctx, reg, self._message(reg, target, what), [])
-        site = _inplace_after_call(ctx, owner.local_class, receiver.attr)
+        site = inplace_after_call(ctx, owner.local_class, receiver.attr)
         if site is None:
             return None
         what = f"its output is modified in place after it by {site.description} (line {site.node.lineno} " \
@@ -267,7 +258,7 @@ class FullHookInplace(Rule):
         kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
         hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
         return (f"{kind}{hook} on {target}: {what}; with the hook registered, the forward fails there with "
-                f"\"RuntimeError: {RUNTIME_ERROR}\"")
+                f"\"RuntimeError: {FULL_HOOK_INPLACE_ERROR}\"")
 
 
 def _target(reg: Registration, model: ModelFacts, module: ModuleFacts) -> str:
@@ -292,88 +283,3 @@ def _where(op: Op, ctx: FileContext) -> str:
     site = op.where(relative_to=os.path.realpath(ctx.path))
     code = f"`{op.code}`, " if op.code else ""
     return f" ({code}{site})" if site else ""
-
-
-# ------------------------------------------------------------------ static patterns
-
-_INPLACE_FUNCTIONS = frozenset({"relu_", "sigmoid_", "tanh_", "clamp_", "add_", "mul_", "zero_", "fill_"})
-
-
-def _inplace_use(ctx: FileContext, node: ast.AST, value: ast.AST) -> str | None:
-    """How the call ``node`` modifies ``value`` (one of its parts) in place, or None."""
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.value is value and func.attr.endswith("_") \
-            and not func.attr.startswith("_"):
-        return f"`.{func.attr}()`"
-    if not node.args or node.args[0] is not value:
-        return None
-    qual = ctx.model.qualify(func) or ""
-    last = qual.rsplit(".", 1)[-1]
-    if qual.startswith("torch.") and last in _INPLACE_FUNCTIONS:
-        return f"`{last}()`"
-    if qual.startswith("torch.") and any(
-            k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
-            for k in node.keywords):
-        return f"`{last}(..., inplace=True)`"
-    callee = ctx.inference.infer(func)
-    if isinstance(callee, ModuleValue) and callee.torch_class and inplace_modules(callee.call):
-        return f"`{ast.unparse(func)}` ({callee.class_name}(inplace=True))"
-    return None
-
-
-def _use_of(ctx: FileContext, expr: ast.AST) -> _InplaceSite | None:
-    """An in-place op applied directly to ``expr``: ``f(expr)``, ``expr.relu_()``."""
-    parent = getattr(expr, "_hl_parent", None)
-    if parent is None:
-        return None
-    how = _inplace_use(ctx, parent, expr)
-    if how is None and isinstance(parent, ast.Attribute):  # expr.relu_()
-        grand = getattr(parent, "_hl_parent", None)
-        if grand is not None and getattr(grand, "func", None) is parent:
-            how = _inplace_use(ctx, grand, expr)
-            parent = grand
-    return _InplaceSite(how, parent) if how is not None else None
-
-
-def _inplace_after_call(ctx: FileContext, cls: ClassInfo, attr: str) -> _InplaceSite | None:
-    """An in-place op on the result of ``self.<attr>(...)`` in ``cls.forward``."""
-    forward = cls.method("forward")
-    if forward is None:
-        return None
-    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == attr and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
-    for call in calls:
-        site = _use_of(ctx, call)
-        if site is not None:
-            return site
-        parent = getattr(call, "_hl_parent", None)
-        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
-            site = _inplace_of_name(ctx, forward, parent.targets[0].id, parent)
-            if site is not None:
-                return site
-    return None
-
-
-def _inplace_of_name(ctx: FileContext, forward: ast.AST, name: str, assigned: ast.Assign) -> _InplaceSite | None:
-    """The first in-place op on ``name`` after ``assigned``, before ``name`` is bound again."""
-    later = sorted((n for n in ast.walk(forward) if isinstance(n, ast.Name) and n.id == name
-                    and n.lineno > assigned.end_lineno), key=lambda n: (n.lineno, n.col_offset))
-    for node in later:
-        parent = getattr(node, "_hl_parent", None)
-        if isinstance(node.ctx, ast.Store):
-            if isinstance(parent, ast.AugAssign):
-                return _InplaceSite(f"`{name} {_AUG_SYMBOLS.get(type(parent.op), '')}= ...`", parent)
-            return None  # rebound: later ops modify another tensor
-        if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store):
-            return _InplaceSite(f"an item assignment (`{name}[...] = ...`)", parent)
-        site = _use_of(ctx, node)
-        if site is not None:
-            return site
-    return None
-
-
-_AUG_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-                ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
-                ast.LShift: "<<", ast.RShift: ">>"}

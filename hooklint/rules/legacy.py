@@ -20,6 +20,7 @@ from hooklint.static.forward import (
     inplace_modules,
 )
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
+from hooklint.static.inplace import inplace_after_call
 from hooklint.static.output_grad_hook import helper_source
 from hooklint.static.values import ModuleValue, src
 
@@ -332,9 +333,7 @@ def _inplace_in_source(ctx: FileContext, reg: Registration) -> bool:
     owner = ctx.inference.infer(receiver.value)
     if not isinstance(owner, ModuleValue) or owner.local_class is None:
         return False
-    from hooklint.rules.graph_only import _inplace_after_call  # HKL403's static pattern
-
-    return _inplace_after_call(ctx, owner.local_class, receiver.attr) is not None
+    return inplace_after_call(ctx, owner.local_class, receiver.attr) is not None
 
 
 def _output_hook_fix(ctx: FileContext, reg: Registration, func: ast.Attribute, *, safe: bool) -> Fix | None:

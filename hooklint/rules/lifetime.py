@@ -41,6 +41,7 @@ from hooklint.static.semantic import (
     is_staticmethod,
     positional_params,
 )
+from hooklint.static.inplace import inplace_of_name, inplace_use_of
 from hooklint.static.values import ModuleValue, TensorValue, src
 
 _TENSOR_KINDS = (HookKind.TENSOR, HookKind.POST_ACCUMULATE)
@@ -839,14 +840,12 @@ def _same_module(ctx: FileContext, a: ast.AST | None, b: ast.AST) -> bool:
 
 def _result_modified_in_place(ctx: FileContext, call: ast.Call, receiver: ast.AST) -> bool:
     """``relu_(m.forward(x))``, ``y = m.forward(x); y += 1``..., or the graph's word for it."""
-    from hooklint.rules.graph_only import _inplace_of_name, _use_of  # HKL403's patterns
-
-    if _use_of(ctx, call) is not None:
+    if inplace_use_of(ctx, call) is not None:
         return True
     parent = getattr(call, "_hl_parent", None)
     function = ctx.model.enclosing_function(call)
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name) \
-            and function is not None and _inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
+            and function is not None and inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
         return True
     if ctx.graph is not None:
         from hooklint.graph.link import modules_for
