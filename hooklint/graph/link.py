@@ -3,7 +3,9 @@
 Rules call :func:`modules_for` with the receiver of ``register_*_hook``
 (``net.fc3``, ``self.f1``, ``conv``, the parameter of a function passed to
 ``net.apply``) and get every ``(model, module)`` pair of ``ctx.graph`` that
-expression can denote.  An empty list means "not known": rules then fall back
+expression can denote: also ``net.layer4`` when ``net = Net(10)`` builds a
+class imported from another file of the project (the model the analysis of
+this file built from that call).  An empty list means "not known": rules then fall back
 to their static behaviour.  No torch here: this runs in the static process.
 """
 
@@ -75,6 +77,23 @@ def _roots(ctx: "FileContext", facts: FileFacts, base: ast.AST, value: ModuleVal
     return []
 
 
+def _built_here(ctx: "FileContext", facts: FileFacts, base: ast.AST) -> list[tuple[ModelFacts, str]]:
+    """``net`` after ``net = Net(10)`` with ``Net`` imported from another file of
+    the project (the static pass cannot see its class): the model this file's
+    analysis built from that very call."""
+    call = base
+    if isinstance(base, ast.Name) and hasattr(base, "_hl_scope"):
+        bindings = ctx.model.bindings_at(base)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return []
+        call = bindings[0].value
+    if not isinstance(call, ast.Call):
+        return []
+    here = os.path.realpath(ctx.path)
+    return [(m, "") for m in facts.models if m.call_line == call.lineno and m.origin_file is not None
+            and os.path.realpath(m.origin_file) == here]
+
+
 def modules_for(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
     """Every (model, module) the receiver of a hook registration can be."""
     facts = graph_facts(ctx)
@@ -86,14 +105,18 @@ def modules_for(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
     base, parts = split
     value = ctx.inference.infer(base)
     if not isinstance(value, ModuleValue):
-        return []
+        return _pairs(_built_here(ctx, facts, base), parts)
     if value.applied_from is not None:  # `net.apply(fn)`: fn's argument is every module of net
         out: list[Pair] = []
         for model, root in modules_for(ctx, value.applied_from):
             out.extend((model, m) for m in model.modules if _under(root.path, m.path))
         return out
+    return _pairs(_roots(ctx, facts, base, value), parts)
+
+
+def _pairs(roots: list[tuple[ModelFacts, str]], parts: list[str]) -> list[Pair]:
     pairs = []
-    for model, prefix in _roots(ctx, facts, base, value):
+    for model, prefix in roots:
         module = model.module(_join(prefix, parts))
         if module is not None:
             pairs.append((model, module))
