@@ -332,7 +332,7 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
         add(value, "a no-argument constructor", None, name)
     # 3. factories and fixtures, for classes that need arguments
     for factory in session.plan.factories:
-        if not factory.fixture and (factory.returns in covered or factory.returns not in classes):
+        if factory.returns in covered or (not factory.fixture and factory.returns not in classes):
             continue
         function = _undecorated(session, factory.name, factory.line)
         if function is None:
@@ -399,7 +399,7 @@ def _annotated_arguments(cls: type) -> dict[str, type] | None:
     out: dict[str, type] = {}
     for param in required:
         hint = hints.get(param.name, param.annotation)
-        if not isinstance(hint, type) or issubclass(hint, (nn.Module, torch.Tensor)) or hint.__module__ in (
+        if hint is param.empty or not isinstance(hint, type) or issubclass(hint, (nn.Module, torch.Tensor)) or hint.__module__ in (
                 "builtins", "typing") or _required_parameters(hint):
             return None
         out[param.name] = hint
