@@ -15,8 +15,8 @@ Each file ends as ``ok`` or as a failure, classified:
 * ``missing dependency``: ``ModuleNotFoundError`` for a third-party module
   that is not installed (torchvision, PIL, huggingface_hub... are not; the
   project allows no more dependencies), reported separately, per module;
-* ``dropped value``: a ``NameError``/``ImportError`` for a name that only a
-  statement hooklint does not run would set;
+* ``dropped value``: a ``NameError`` (or an ``ImportError`` for a name),
+  which in a definitions-only import means a top-level value was not kept;
 * ``other``: anything else (first lines shown).
 
 Prints the counts and the most common failures; ``--json`` writes every
@@ -126,8 +126,11 @@ def child(root: str, files: list[str]) -> None:
                         exec_definitions(session)
                     record["status"] = "ok"
                 except BaseException as exc:  # noqa: BLE001 - user code: classify it
-                    record.update(status="failed", error=user_error(exc, session.plan.sanitized.skipped_names,
-                                                                   session.plan.sanitized.computed_names),
+                    sanitized = session.plan.sanitized
+                    computed = getattr(sanitized, "computed_names", None)  # None before they were kept
+                    message = user_error(exc, sanitized.skipped_names, computed) if computed is not None \
+                        else user_error(exc, sanitized.skipped_names)
+                    record.update(status="failed", error=message,
                                   type=type(exc).__name__, missing=getattr(exc, "name", None)
                                   if isinstance(exc, ModuleNotFoundError) else None)
                 finally:
@@ -145,7 +148,9 @@ def classify(record: dict, package_top: str) -> str:
     if missing and missing.split(".")[0] != package_top:
         return "missing dependency"
     error = record.get("error", "")
-    if "which hooklint does not run" in error or re.search(r"cannot import name '(\w+)'", error):
+    # a definitions-only import raising NameError (or not finding a name another module
+    # should define) lost a top-level value
+    if record.get("type") == "NameError" or re.search(r"cannot import name '(\w+)'", error):
         return "dropped value"
     return "other"
 
@@ -167,10 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         files = files[:args.limit]
     started = time.perf_counter()
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
-               GRAPH_IMPORTS_STUBS=args.stub)
-    proc = subprocess.run([sys.executable, __file__, "--child", str(folder), *files], capture_output=True,
-                          text=True, env=env, cwd=folder, timeout=PER_FILE_SECONDS * len(files) + 120)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hooklint-imports-") as scratch:
+        # as the worker: the only place model code may write, and the temporary folder
+        env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1",
+                   GRAPH_IMPORTS_STUBS=args.stub, HOOKLINT_SCRATCH=scratch, TMPDIR=scratch,
+                   XDG_CACHE_HOME=os.path.join(scratch, "cache"), TORCH_HOME=os.path.join(scratch, "torch"))
+        proc = subprocess.run([sys.executable, __file__, "--child", str(folder), *files], capture_output=True,
+                              text=True, env=env, cwd=folder, timeout=PER_FILE_SECONDS * len(files) + 120)
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if len(records) != len(files):
         print(proc.stderr[-3000:], file=sys.stderr)

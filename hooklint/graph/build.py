@@ -48,7 +48,9 @@ class _SanitizingLoader(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        text = read_source(self.origin)
+        text = self.importer.overrides.get(self.origin)
+        if text is None:
+            text = read_source(self.origin)
         self.importer.record(self.origin, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
         sanitized = definitions_only(ast.parse(text, self.origin))
         exec(compile(sanitized.tree, self.origin, "exec"), module.__dict__)  # noqa: S102 - definitions only
@@ -57,11 +59,14 @@ class _SanitizingLoader(importlib.abc.Loader):
 class LocalImporter(importlib.abc.MetaPathFinder):
     """Imports the user's own modules through :func:`definitions_only`."""
 
-    def __init__(self, roots: list[Path], on_dep: Callable[[str, str], None] | None = None):
+    def __init__(self, roots: list[Path], on_dep: Callable[[str, str], None] | None = None,
+                 overrides: dict[str, str] | None = None):
         self.roots = [str(r.resolve()) + os.sep for r in roots]
         self.deps: dict[str, str] = {}
         self.loaded: list[str] = []
         self.on_dep = on_dep
+        # file -> text to import in its place (a fixed version of the file, for --verify)
+        self.overrides = overrides or {}
 
     def record(self, origin: str, digest: str) -> None:
         self.deps[origin] = digest
@@ -94,9 +99,19 @@ class _Retained:
         for name in importer.loaded:
             module = sys.modules.get(name)
             origin = getattr(module, "__file__", None) if module is not None else None
-            if origin is not None:
-                real = os.path.realpath(origin)
-                self.modules[name] = (real, importer.deps.get(real, ""))
+            if origin is None:
+                continue
+            real = os.path.realpath(origin)
+            if real in importer.overrides:  # not the file on disk: never for another file
+                sys.modules.pop(name, None)
+                continue
+            self.modules[name] = (real, importer.deps.get(real, ""))
+
+    def forget(self, files: Collection[str]) -> None:
+        for name, (origin, _digest) in list(self.modules.items()):
+            if origin in files:
+                del self.modules[name]
+                sys.modules.pop(name, None)
 
     def prune(self, search: list[Path]) -> None:
         tops = {name.split(".")[0] for name in self.modules}
@@ -127,6 +142,7 @@ def _import_state(search: list[Path], importer: LocalImporter, extra_modules: tu
     saved_path = list(sys.path)
     saved_cwd = os.getcwd()
     RETAINED.prune(search)
+    RETAINED.forget(importer.overrides)
     for origin, digest in RETAINED.deps().items():
         importer.record(origin, digest)  # what this file would import again: its cache depends on them
     sys.path[:0] = [str(folder) for folder in search]
@@ -159,11 +175,15 @@ class Session:
 
 @contextmanager
 def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...] = (),
-                 on_dep: Callable[[str, str], None] | None = None) -> Iterator[Session]:
+                 on_dep: Callable[[str, str], None] | None = None, text: str | None = None) -> Iterator[Session]:
     """sys.path, the import hook and the working folder as running the file would
-    set them (:mod:`hooklint.graph.roots`); everything undone afterwards."""
+    set them (:mod:`hooklint.graph.roots`); everything undone afterwards.
+    ``text``: import this in place of the file's content (same path, same
+    package: a fixed version of the file)."""
     path = path.resolve()
-    text = read_source(str(path))
+    overrides = {str(path): text} if text is not None else {}
+    if text is None:
+        text = read_source(str(path))
     tree = ast.parse(text, str(path))
     context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
     plan = plan_for(tree, context)
@@ -172,7 +192,7 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     module = types.ModuleType(unique_name)
     module.__file__ = str(path)
     module.__package__ = None
-    importer = LocalImporter(list(roots.own), on_dep)
+    importer = LocalImporter(list(roots.own), on_dep, overrides)
     with _import_state(list(roots.search), importer, (unique_name,)):
         sys.modules[unique_name] = module
         os.chdir(path.parent)

@@ -477,4 +477,37 @@ def _file_notices(found: FileFacts) -> list[Notice]:
     return out
 
 
-__all__ = ["provide_graph_facts", "GraphRun", "torch_version", "INSTALL_HINT"]
+@dataclass
+class WorkerCall:
+    """What :func:`run_in_worker` got back."""
+
+    value: Any = None  # what the function returned, when it ran
+    error: str | None = None  # why not: a one-line message
+    kind: str = ""  # "timeout", "crash", "worker" (torch unusable), "internal", "memory"
+
+
+def run_in_worker(function: str, args: dict[str, Any], config: Config, *, timeout: float | None = None) -> WorkerCall:
+    """Run ``function`` (``"hooklint.<module>:<name>"``, called as ``name(worker,
+    **args)``) in a graph worker: the process that may import torch and the
+    user's code, with the same guard, memory limit and per-step time budget
+    (``timeout``, default the configured one).  ``args`` and the result travel
+    as JSON.  See :mod:`hooklint.graph.instances` for building the user's
+    models there."""
+    timeout = timeout if timeout is not None else config.timeout
+    pool = WorkerPool(config.memory_limit, config.root, GraphRun())
+    try:
+        worker = pool.get()
+        if worker is None:
+            return WorkerCall(error=f"the worker could not import torch ({pool.fatal})", kind="worker")
+        reply = worker.request({"kind": "call", "function": function, "args": args}, timeout)
+    finally:
+        pool.close()
+    if reply.status != "ok" or reply.result is None:
+        kind, message = _failure(reply, timeout)
+        return WorkerCall(error=message, kind=kind)
+    if "error" in reply.result:
+        return WorkerCall(error=reply.result["error"], kind=reply.result.get("error_kind", "internal"))
+    return WorkerCall(value=reply.result.get("value"))
+
+
+__all__ = ["provide_graph_facts", "run_in_worker", "WorkerCall", "GraphRun", "torch_version", "INSTALL_HINT"]

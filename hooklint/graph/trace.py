@@ -1051,6 +1051,9 @@ def _prepared(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+prepared_inputs = _prepared
+
+
 def spec_of(inputs: tuple[Any, ...]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(str(t.dtype).replace("torch.", ""), tuple(t.shape))
                  for t in inputs if isinstance(t, torch.Tensor))
