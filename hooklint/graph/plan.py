@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hooklint.graph.sanitize import Sanitized, definitions_only, import_aliases, qualified_name
+from hooklint.graph.sanitize import Sanitized, definitions_only
 from hooklint.static.semantic import SemanticModel, is_torch_module_class
 
 # Calls that build an array from literals, accepted inside constructor arguments.
@@ -117,9 +117,10 @@ class _Planner:
         self.tree = tree
         self.model = SemanticModel(tree)
         self.sanitized = sanitized
-        self.aliases = import_aliases(tree)
         self.context = context
         self._hooks = None
+        self._file_hooks: bool | None = None
+        self._imports: dict[str, Any] = {}
         self._argparse: dict[str, ast.expr] | None = None
 
     # ------------------------------------------------------------ what the file has
@@ -149,16 +150,28 @@ class _Planner:
         return self._hooks
 
     def registers_module_hooks(self) -> bool:
-        return any(reg.kind.is_module for reg in self.hooks.registrations)
+        if self._file_hooks is None:
+            names = self.model.method_calls
+            self._file_hooks = any(name.startswith("register_") and "hook" in name for name in names) and any(
+                reg.kind.is_module for reg in self.hooks.registrations)
+        return self._file_hooks
 
     def _imported(self, func: ast.AST):
-        """The project definition an imported callee names (``Net`` after ``from models import Net``)."""
+        """The project definition an imported callee names (``Net`` after ``from
+        models import Net``), when hooks are involved: this file registers module
+        hooks, or the class's file registers hooks (its classes may hook
+        themselves).  Otherwise building it would teach the rules nothing."""
         if self.context is None or not hasattr(func, "_hl_scope"):
             return None
         qual = self.model.qualify(func)
         if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
             return None
-        return self.context.definition(qual)
+        if qual not in self._imports:
+            index = self.context.index
+            target = index.target(qual, self.context.roots, self.context.path)
+            relevant = target is not None and (self.registers_module_hooks() or index.registers_hooks(target.path))
+            self._imports[qual] = index.definition(target) if relevant and target is not None else None
+        return self._imports[qual]
 
     def _callee(self, call: ast.Call) -> tuple[str, str] | None:
         """(class name, kind) when ``call`` constructs a module: kind is "local",
@@ -214,7 +227,9 @@ class _Planner:
                 self.literal(k.value, subs, depth) for k in expr.keywords)
             if not literal_args:
                 return False
-            qual = qualified_name(expr.func, self.aliases)
+            qual = self.model.qualify(expr.func) if hasattr(expr.func, "_hl_scope") else None
+            if qual is not None and qual.startswith("builtins."):
+                qual = qual[len("builtins."):]
             return qual in ARRAY_CALLS or qual in _LITERAL_BUILDERS or self._callee(expr) is not None
         return False
 
@@ -296,7 +311,6 @@ class _Planner:
     def constructor_calls(self, classes: list[ClassCandidate]) -> list[ConstructorCall]:
         local_names = {c.name for c in classes}
         hooked: set[int] | None = None
-        file_hooks: bool | None = None
         seen: set[str] = set()
         per_class: dict[str, int] = {}
         calls = self.model.name_calls.values(), self.model.method_calls.values()
@@ -314,13 +328,6 @@ class _Planner:
                 if hooked is None:
                     hooked = self.hooked_calls()
                 if id(call) not in hooked:
-                    continue
-            if kind == "imported":
-                # a model of the project built here: worth building when hooks are involved
-                if file_hooks is None:
-                    file_hooks = self.registers_module_hooks()
-                definition = self._imported(call.func)
-                if not (file_hooks or (definition is not None and definition.registers_hooks)):
                     continue
             node = self.literal_call(call)
             if node is None:
@@ -409,8 +416,6 @@ class ProjectContext:
         self.roots = roots
         self.index = index
 
-    def definition(self, qualified: str):
-        return self.index.definition(qualified, self.roots, self.path)
 
 
 def plan_for(tree: ast.Module, context: ProjectContext | None = None) -> Plan:

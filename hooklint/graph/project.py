@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 import os
+import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +22,8 @@ from hooklint.graph.roots import FileRoots, resolve_module
 from hooklint.static.source import SourceError, read_source
 
 _REEXPORT_HOPS = 4
+# Top-level modules that are never the user's project (the standard library and torch).
+_NOT_THE_PROJECT = frozenset(getattr(sys, "stdlib_module_names", ())) | {"torch"}
 
 
 @dataclass(frozen=True)
@@ -88,21 +92,44 @@ def _returns_module(model, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     return False
 
 
-def _registers_hooks(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("register_") and "hook" in node.attr:
-            return True
-    return False
+_HOOK_REGISTRATION = re.compile(r"\.\s*register_\w*hook\b")
+
+
+@lru_cache(maxsize=4096)
+def _text(path: str, mtime_ns: int) -> str:
+    try:
+        return read_source(path)
+    except SourceError:
+        return ""
+
+
+def _file_text(path: str | Path) -> str:
+    try:
+        return _text(str(path), os.stat(path).st_mtime_ns)
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an imported name is defined (after following re-exports)."""
+
+    path: str
+    name: str
+    kind: str  # "class" or "function"
 
 
 class ProjectIndex:
     """Definitions the project's imports name; one per checking run (files are
-    read at most once)."""
+    read at most once).  Finding the file an import names costs a few
+    ``stat`` calls; reading a definition (a parse) is done only when asked."""
 
     def __init__(self) -> None:
-        self._roots: dict[tuple[str, str, tuple[str, ...]], FileRoots] = {}
+        self._targets: dict[tuple, Target | None] = {}
+        self._definitions: dict[Target, Definition | None] = {}
+        self._hooks: dict[str, bool] = {}
 
-    def definition(self, qualified: str, roots: FileRoots, importer: Path) -> Definition | None:
+    def target(self, qualified: str, roots: FileRoots, importer: Path) -> Target | None:
         """``qualified`` as :meth:`SemanticModel.qualify` gives it: ``models.Net``,
         ``pkg.models.Net``, ``.models.Net`` (relative)."""
         level = len(qualified) - len(qualified.lstrip("."))
@@ -110,29 +137,58 @@ class ProjectIndex:
         if "." not in dotted and not level:
             return None
         module, _, name = dotted.rpartition(".")
-        package = _module_package(importer, roots) if level else None
-        return self._find(module, name, level, package, roots, 0)
-
-    def _find(self, module: str, name: str, level: int, package: str | None, roots: FileRoots,
-              hops: int) -> Definition | None:
-        path = resolve_module(module, roots, package, level)
-        if path is None or hops > _REEXPORT_HOPS:
+        if not level and module.split(".")[0] in _NOT_THE_PROJECT:
             return None
+        package = _module_package(importer, roots) if level else None
+        key = (module, name, level, package, roots.search)
+        if key not in self._targets:
+            self._targets[key] = self._find(module, name, level, package, roots, 0)
+        return self._targets[key]
+
+    def registers_hooks(self, path: str) -> bool:
+        """The file registers hooks somewhere (its classes may hook themselves)."""
+        if path not in self._hooks:
+            self._hooks[path] = bool(_HOOK_REGISTRATION.search(_file_text(path)))
+        return self._hooks[path]
+
+    def definition(self, target: Target) -> Definition | None:
+        if target not in self._definitions:
+            self._definitions[target] = self._read(target)
+        return self._definitions[target]
+
+    def _read(self, target: Target) -> Definition | None:
         try:
-            model = _semantic(str(path), os.stat(path).st_mtime_ns)
+            model = _semantic(target.path, os.stat(target.path).st_mtime_ns)
         except OSError:
             return None
         if model is None:
             return None
-        tree = model.tree
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                return Definition("class", str(path), name, stmt.lineno, _class_maybe_module(model, stmt),
-                                  _registers_hooks(tree))
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return Definition("function", str(path), name, stmt.lineno, _returns_module(model, stmt),
-                                  _registers_hooks(tree))
+        hooks = self.registers_hooks(target.path)
+        for stmt in model.tree.body:
+            if isinstance(stmt, ast.ClassDef) and stmt.name == target.name:
+                return Definition("class", target.path, target.name, stmt.lineno,
+                                  _class_maybe_module(model, stmt), hooks)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == target.name:
+                return Definition("function", target.path, target.name, stmt.lineno,
+                                  _returns_module(model, stmt), hooks)
+        return None
+
+    def _find(self, module: str, name: str, level: int, package: str | None, roots: FileRoots,
+              hops: int) -> Target | None:
+        path = resolve_module(module, roots, package, level)
+        if path is None or hops > _REEXPORT_HOPS:
+            return None
+        text = _file_text(path)
+        if name not in text:
+            return None
+        defined = re.search(rf"^(class|def|async\s+def)\s+{re.escape(name)}\b", text, re.MULTILINE) \
+            if f"class {name}" in text or f"def {name}" in text else None
+        if defined:
+            return Target(str(path), name, "class" if defined.group(1) == "class" else "function")
         # a re-export: `from .models import Net` in a package's __init__.py
+        tree = parse_file(path)
+        if tree is None:
+            return None
         own_package = package_of(path, roots, module, level, package)
         for stmt in tree.body:
             if isinstance(stmt, ast.ImportFrom):

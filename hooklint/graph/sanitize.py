@@ -107,14 +107,16 @@ class Sanitized:
     skipped_lines: list[int] = field(default_factory=list)  # first lines of the dropped statements
     skipped_names: set[str] = field(default_factory=set)  # names only dropped statements bind
     kept_names: set[str] = field(default_factory=set)  # names the kept statements bind at top level
+    aliases: dict[str, str] = field(default_factory=dict)  # import_aliases() of the file
     # names bound by computed values (kept inside ``try``: unbound when computing them failed), with the line
     computed_names: dict[str, int] = field(default_factory=dict)
 
 
 def import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Top-level names bound by imports, mapped to what they import."""
+    """Top-level names bound by imports (in the body and its if/try blocks:
+    what top-level statements can read), mapped to what they import."""
     aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in _top_level(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -147,7 +149,7 @@ _MODULE_DUNDERS = frozenset({"__name__", "__file__", "__doc__", "__package__", "
 class _Filter:
     def __init__(self, tree: ast.Module):
         self.aliases = import_aliases(tree)
-        self.result = Sanitized(ast.Module(body=[], type_ignores=[]))
+        self.result = Sanitized(ast.Module(body=[], type_ignores=[]), aliases=self.aliases)
         # names the kept statements bound so far: an inert value may only read these
         self.bound: set[str] = set(dir(builtins)) | _MODULE_DUNDERS
         self.imported: set[str] = set()
@@ -326,11 +328,10 @@ class _Filter:
         fails leaves its names unbound)."""
         for name in names:
             self.result.computed_names.setdefault(name, stmt.lineno)
+        caught = [ast.copy_location(ast.Name(name, ast.Load()), stmt) for name in ("Exception", "SystemExit")]
         handler = ast.copy_location(ast.ExceptHandler(
-            type=ast.Tuple(elts=[ast.Name("Exception", ast.Load()), ast.Name("SystemExit", ast.Load())],
-                           ctx=ast.Load()),
-            name=None, body=[_pass(stmt)]), stmt)
-        # the rest of the new nodes get their positions from fix_missing_locations
+            type=ast.copy_location(ast.Tuple(elts=caught, ctx=ast.Load()), stmt), name=None, body=[_pass(stmt)]),
+            stmt)
         guard = ast.copy_location(ast.Try(body=[stmt], handlers=[handler], orelse=[], finalbody=[]), stmt)
         guard._hl_guard = True  # type: ignore[attr-defined]
         return guard
@@ -421,7 +422,8 @@ def definitions_only(tree: ast.Module) -> Sanitized:
     """The statements of ``tree`` that define things, as described above."""
     flt = _Filter(tree)
     flt.result.tree.body = flt.block(tree.body)
-    ast.fix_missing_locations(flt.result.tree)
+    # every node made here is given its statement's position (compile() needs them; a
+    # fix_missing_locations pass over the whole tree would cost as much as the filter)
     for stmt in flt.result.tree.body:
         flt.result.kept_names |= _bound_names(stmt)
     flt.result.skipped_names -= flt.result.kept_names
