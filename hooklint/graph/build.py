@@ -53,7 +53,12 @@ class _SanitizingLoader(importlib.abc.Loader):
             text = read_source(self.origin)
         self.importer.record(self.origin, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
         sanitized = definitions_only(ast.parse(text, self.origin))
-        exec(compile(sanitized.tree, self.origin, "exec"), module.__dict__)  # noqa: S102 - definitions only
+        try:
+            exec(compile(sanitized.tree, self.origin, "exec"), module.__dict__)  # noqa: S102 - definitions only
+        except ImportError as exc:
+            if self.origin not in self.importer.overrides:
+                RETAINED.remember_failure(module.__name__, self.origin, exc)
+            raise
 
 
 class LocalImporter(importlib.abc.MetaPathFinder):
@@ -81,19 +86,54 @@ class LocalImporter(importlib.abc.MetaPathFinder):
         if not origin.startswith(tuple(self.roots)) or any(m in origin for m in _SITE_MARKERS) \
                 or not is_user_file(origin):
             return None
+        RETAINED.raise_remembered(fullname, origin, self)
         spec.loader = _SanitizingLoader(origin, self)
         self.loaded.append(fullname)
         return spec
+
+
+class RememberedImportError(ImportError):
+    """A module of the user's that failed to import earlier in this run, failing
+    again without running it (a package with a missing dependency fails the
+    same way for every file that imports it)."""
+
+    def __init__(self, text: str, digest: str):
+        super().__init__(text)
+        self.text = text
+        self.digest = digest
 
 
 class _Retained:
     """The user's modules this worker already imported (definitions only), kept
     for the next files of the run: a package such as timm is imported once, not
     once per file.  Before each file, those its imports would no longer resolve
-    to (another folder's ``models.py``) are dropped."""
+    to (another folder's ``models.py``) are dropped.  Modules whose import raised
+    ImportError are remembered with the error."""
 
     def __init__(self) -> None:
         self.modules: dict[str, tuple[str, str]] = {}  # name -> (file, sha256)
+        self.failed: dict[str, tuple[str, RememberedImportError]] = {}  # name -> (file, error)
+
+    def remember_failure(self, name: str, origin: str, exc: ImportError) -> None:
+        if isinstance(exc, RememberedImportError):
+            error = exc
+        else:
+            try:
+                digest = hashlib.sha256(read_source(origin).encode("utf-8", "surrogatepass")).hexdigest()
+            except Exception:  # noqa: BLE001 - then it is simply not remembered
+                return
+            error = RememberedImportError(user_error(exc), digest)
+        self.failed[name] = (origin, error)
+
+    def raise_remembered(self, name: str, origin: str, importer: "LocalImporter") -> None:
+        remembered = self.failed.get(name)
+        if remembered is None or origin in importer.overrides:
+            return
+        if remembered[0] != origin:
+            del self.failed[name]
+            return
+        importer.record(origin, remembered[1].digest)
+        raise RememberedImportError(remembered[1].text, remembered[1].digest)
 
     def add(self, importer: LocalImporter) -> None:
         for name in importer.loaded:
@@ -230,6 +270,8 @@ def exec_definitions(session: Session) -> None:
 def user_error(exc: BaseException, skipped_names: Collection[str] = (),
                computed_names: Mapping[str, int] | None = None) -> str:
     """One line: the exception and the innermost user frame it came from."""
+    if isinstance(exc, RememberedImportError):
+        return exc.text
     text = one_line(exc)
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
     if frames:

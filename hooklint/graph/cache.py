@@ -44,6 +44,8 @@ class GraphCache:
         self.base = {"facts": FACTS_VERSION, "hooklint": __version__, "torch": torch_version,
                      "python": list(sys.version_info[:2]), "config": config_key}
         self.error: str | None = None
+        self._digests: dict[str, str | None] = {}
+        self._environment: list[list[Any]] | None = None
 
     def key(self, what: Any) -> str:
         data = json.dumps({**self.base, "what": what}, sort_keys=True, default=str)
@@ -59,11 +61,20 @@ class GraphCache:
         except (OSError, ValueError):
             return None
         deps = entry.get("deps", {})
-        if not isinstance(deps, dict) or any(file_digest(p) != digest for p, digest in deps.items()):
+        if not isinstance(deps, dict) or any(self._digest(p) != digest for p, digest in deps.items()):
             return None
-        if "environment" in entry and entry["environment"] != environment_stamp():
-            return None
+        if "environment" in entry:
+            if self._environment is None:
+                self._environment = environment_stamp()
+            if entry["environment"] != self._environment:
+                return None
         return entry.get("value")
+
+    def _digest(self, path: str) -> str | None:
+        """A file's digest, once per run (many entries share the same modules)."""
+        if path not in self._digests:
+            self._digests[path] = file_digest(path)
+        return self._digests[path]
 
     def put(self, key: str, value: Any, deps: dict[str, str], environment: bool = False) -> None:
         """``environment``: valid only while the installed packages stay the same."""
@@ -71,7 +82,7 @@ class GraphCache:
             return
         entry: dict[str, Any] = {"deps": deps, "value": value}
         if environment:
-            entry["environment"] = environment_stamp()
+            entry["environment"] = self._environment = environment_stamp()
         try:
             prepare_cache_folder(self.folder)
             path = self._entry_path(key)

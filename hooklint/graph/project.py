@@ -128,6 +128,7 @@ class ProjectIndex:
         self._targets: dict[tuple, Target | None] = {}
         self._definitions: dict[Target, Definition | None] = {}
         self._hooks: dict[str, bool] = {}
+        self.lookups = 0  # how many times an import of the project was looked up
 
     def target(self, qualified: str, roots: FileRoots, importer: Path) -> Target | None:
         """``qualified`` as :meth:`SemanticModel.qualify` gives it: ``models.Net``,
@@ -139,6 +140,7 @@ class ProjectIndex:
         module, _, name = dotted.rpartition(".")
         if not level and module.split(".")[0] in _NOT_THE_PROJECT:
             return None
+        self.lookups += 1
         package = _module_package(importer, roots) if level else None
         key = (module, name, level, package, roots.search)
         if key not in self._targets:

@@ -309,20 +309,42 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     run = run if run is not None else GraphRun()
     timeout = timeout if timeout is not None else config.timeout
     notices: list[Notice] = []
+    version = torch_version()
+    cache = _cache_for(config, version, use_cache, timeout) if version is not None else None
     candidates: list[str] = []
+    facts: dict[str, FileFacts] = {}
+    todo: list[str] = []
     index = ProjectIndex()
     for path in files:
+        # the cache first: an unchanged file (and unchanged modules it imported) needs no parse
+        key = file_key(cache, path) if cache else None
+        hit = cache.get(key) if cache and key else None
+        if hit is not None and hit.get("not_candidate"):
+            run.not_candidates.append(path)
+            continue
+        if hit is not None:
+            found = FileFacts.from_dict(hit)
+            found.path = _display(path)
+            found.cached = True
+            facts[path] = found
+            run.cached.append(path)
+            candidates.append(path)
+            continue
         try:
             text = read_source(path)
         except SourceError:
             continue  # the static pass reports unreadable files
+        lookups = index.lookups
         if wants_import(text, path, config.root, config.pythonpath, index):
             candidates.append(path)
+            todo.append(path)
         else:
             run.not_candidates.append(path)
+            if cache is not None and key is not None and index.lookups == lookups:
+                # decided from the file alone (no import of the project was looked at)
+                cache.put(key, {"not_candidate": True}, {})
     if not candidates and not config.models:
         return {}, notices
-    version = torch_version()
     if version is None:
         where = _display(candidates[0]) if candidates else "configuration"
         count = len(candidates)
@@ -330,20 +352,6 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
                                      f"torch is not installed ({INSTALL_HINT}); static rules only",
                               NoticeLevel.INFO))
         return {}, notices
-    cache = _cache_for(config, version, use_cache, timeout)
-    facts: dict[str, FileFacts] = {}
-    todo: list[str] = []
-    for path in candidates:
-        key = file_key(cache, path) if cache else None
-        hit = cache.get(key) if cache and key else None
-        if hit is not None:
-            found = FileFacts.from_dict(hit)
-            found.path = _display(path)
-            found.cached = True
-            facts[path] = found
-            run.cached.append(path)
-        else:
-            todo.append(path)
     factory_models: list[ModelFacts] | None = None
     factory_key = cache.key({"factories": config.models}) if cache and config.models else None
     if factory_key is not None and cache is not None:
