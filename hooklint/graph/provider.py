@@ -377,9 +377,36 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         notices.append(Notice(str(cache.folder), cache.error, NoticeLevel.INFO))
     run.factories = factory_models or []
     _share_models(facts, run.factories)
+    notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
     return facts, notices
+
+
+_LISTED_FILES = 3
+
+
+def _grouped_import_failures(found: list[FileFacts]) -> list[Notice]:
+    """Files whose definitions fail to import for the same reason (a package of
+    the project that needs a module that is not installed): one line for all."""
+    by_reason: dict[tuple[str, bool], list[FileFacts]] = {}
+    for item in found:
+        if item.error is not None and item.error_kind == "import":
+            by_reason.setdefault((item.error, item.cached), []).append(item)
+    out = []
+    for (reason, cached), group in by_reason.items():
+        note = _CACHED_NOTE if cached else ""
+        if len(group) == 1:
+            out.append(Notice(group[0].path, f"graph analysis skipped: {reason}{note}", NoticeLevel.SKIP))
+            continue
+        others = group[1:]
+        names = ", ".join(g.path for g in others[:_LISTED_FILES])
+        more = f" and {len(others) - _LISTED_FILES} more" if len(others) > _LISTED_FILES else ""
+        reason = reason.replace("importing its definitions failed", "importing their definitions failed", 1)
+        out.append(Notice(group[0].path, f"graph analysis skipped for this file and {len(others)} other"
+                                         f"{'s' if len(others) > 1 else ''} ({names}{more}): {reason}{note}",
+                          NoticeLevel.SKIP))
+    return out
 
 
 # Failures worth keeping until the file (or a module it imports) changes: the
@@ -464,10 +491,8 @@ def _file_notices(found: FileFacts) -> list[Notice]:
     analysis was not complete or not by fx."""
     cached = _CACHED_NOTE if found.cached else ""
     if found.error is not None:
-        if found.error_kind == "import":
-            return [Notice(found.path, f"graph analysis skipped: {found.error}{cached}", NoticeLevel.SKIP)]
-        if found.error_kind == "worker":
-            return []  # said once for the whole run
+        if found.error_kind in ("import", "worker"):
+            return []  # said once for all the files that failed the same way, or for the whole run
         return [Notice(found.path, found.error + (cached if found.error_kind in _CACHED_FAILURES else ""),
                        NoticeLevel.ERROR)]
     out = [Notice(found.path, u.reason + cached, NoticeLevel.ERROR) for u in found.unanalysed if u.kind == "timeout"]

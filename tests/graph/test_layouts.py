@@ -407,3 +407,74 @@ def test_a_package_module_is_imported_under_its_own_name(tmp_path):
     assert not notices
     [model] = facts[str(pkg / "model.py")].models
     assert model.root.class_qualname == "pkg.model.Net" and model.inputs[0].shape == (2, 3)
+
+
+def test_files_failing_for_the_same_missing_module_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # paths as the user sees them
+    (tmp_path / "setup.py").write_text("")
+    pkg = tmp_path / "camkit"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from .base import BaseCAM\n")
+    (pkg / "base.py").write_text("import hooklint_missing_augment_lib\nimport torch.nn as nn\n\n"
+                                 "class BaseCAM(nn.Module):\n    def forward(self, x):\n        return x\n")
+    for name in ("grad_cam", "score_cam", "layer_cam"):
+        (pkg / f"{name}.py").write_text(f"import torch.nn as nn\nfrom .base import BaseCAM\n\n"
+                                        f"class {name.title().replace('_', '')}(BaseCAM):\n    pass\n")
+    paths = ["camkit/base.py", "camkit/grad_cam.py", "camkit/score_cam.py", "camkit/layer_cam.py"]
+    _facts, notices, run = _provide(tmp_path, paths)
+    assert len(run.imported) == 4
+    assert [(n.path, n.level, n.message) for n in notices] == [(
+        "camkit/base.py", NoticeLevel.SKIP,
+        "graph analysis skipped for this file and 3 others (camkit/grad_cam.py, camkit/score_cam.py, "
+        "camkit/layer_cam.py): importing their definitions failed: ModuleNotFoundError: No module named "
+        "'hooklint_missing_augment_lib' (base.py:1)")]
+
+
+GRADCAM_CLASS = """\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(inplace=True), nn.Conv2d(8, 8, 3), nn.ReLU())
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+class GradCam:
+    def __init__(self, model, target_layer):
+        self.model = model
+        target_layer.register_backward_hook(self.save_gradient)
+
+    def save_gradient(self, module, grad_input, grad_output):
+        self.grads = grad_input[0]
+
+
+def attach(layer):
+    layer.register_backward_hook(lambda m, gi, go: print(gi[0].shape))
+
+
+net = Net()
+cam = GradCam(net, target_layer=net.features)
+attach(net.features[2])
+{extra}
+"""
+
+
+def test_a_module_passed_to_a_grad_cam_class_or_a_helper_is_linked(tmp_path):
+    """`target_layer` is what every call in the file passes: `net.features` (a
+    Sequential ending in ReLU: the graph's HKL102) and `net.features[2]` (a
+    Conv2d: its legacy grad_input starts with the input gradient, HKL102 goes)."""
+    (tmp_path / "cam.py").write_text(GRADCAM_CLASS.format(extra=""))
+    findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
+    hkl102 = _by_code(findings, "HKL102")
+    assert [(f["location"]["row"], f["origin"]) for f in hkl102] == [(17, "graph")]
+    assert "on `target_layer` (Sequential, module `features` of Net) it binds to ReluBackward0" in hkl102[0]["message"]
+    # a call the graph cannot follow: the helper's finding stays static
+    (tmp_path / "cam.py").write_text(GRADCAM_CLASS.format(extra="attach(nn.Sequential(nn.Linear(2, 2), nn.Tanh()))"))
+    findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
+    assert [(f["location"]["row"], f["origin"]) for f in _by_code(findings, "HKL102")] == [(17, "graph"),
+                                                                                        (24, "static")]
