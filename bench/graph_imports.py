@@ -56,15 +56,23 @@ def package_folder(name: str) -> Path:
 
 
 def install_stubs(names: list[str]) -> None:
+    """Stand-ins for the named top-level packages that are not installed (the
+    installed ones are left alone)."""
     import importlib.abc
     import importlib.machinery
+    import importlib.util
     import types
+
+    names = [n for n in names if importlib.util.find_spec(n) is None]
 
     class PlaceholderMeta(type):
         def __getattr__(cls, attr):
             if attr.startswith("__"):
                 raise AttributeError(attr)
             return type(attr, (Placeholder,), {})
+
+        def __getitem__(cls, item):  # `Float[Tensor, "batch"]`, `Optional[Thing]`
+            return cls
 
     class Placeholder(metaclass=PlaceholderMeta):
         def __init__(self, *args, **kwargs):

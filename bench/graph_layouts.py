@@ -19,7 +19,8 @@ layer whose ``grad_input`` starts with its input gradient), *refined* (the
 same finding, with the graph's answer: the op, its line, the module path).
 
 Layouts: the Grad-CAM file that used to hang the worker, a ResNet-18 with the
-same hook, ``models.py`` + ``train.py`` (the hook in the script, the class in
+same hook, a Grad-CAM class and a helper that receive the layer as an
+argument, ``models.py`` + ``train.py`` (the hook in the script, the class in
 the module), a src layout with a test fixture, a ``__main__`` example
 (tests/graph/projects/), and timm from the corpus (``bench/corpus.py``; it
 needs torchvision, which is not installed: a layout whose imports fail, to
@@ -57,6 +58,8 @@ def layouts() -> list[Layout]:
         Layout("gradcam", "Grad-CAM file, legacy hook on a Sequential stage (the hang)", PROJECTS / "gradcam",
                ["gradcam_hang.py"]),
         Layout("resnet18", "ResNet-18 built by its factory, same hook", PROJECTS / "resnet_gradcam", ["."]),
+        Layout("cam-helper", "Grad-CAM class and helper given the layer as an argument", PROJECTS / "gradcam_class",
+               ["."]),
         Layout("train-script", "models.py + train.py, hooks in the script", PROJECTS / "flat_train", ["."]),
         Layout("src-layout", "src/ package, relative imports, script + fixture", PROJECTS / "src_layout", ["."]),
         Layout("main-block", "model built only in `if __name__ == '__main__':`", PROJECTS / "main_block", ["."]),

@@ -55,8 +55,11 @@ class _SanitizingLoader(importlib.abc.Loader):
         sanitized = definitions_only(ast.parse(text, self.origin))
         try:
             exec(compile(sanitized.tree, self.origin, "exec"), module.__dict__)  # noqa: S102 - definitions only
-        except ImportError as exc:
-            if self.origin not in self.importer.overrides:
+        except ModuleNotFoundError as exc:
+            # only a module that is not there at all fails the same way whenever it is imported
+            # (a name missing from a partly imported module depends on the import order)
+            if self.origin not in self.importer.overrides and (
+                    isinstance(exc, RememberedImportError) or _not_installed(exc.name)):
                 RETAINED.remember_failure(module.__name__, self.origin, exc)
             raise
 
@@ -92,13 +95,23 @@ class LocalImporter(importlib.abc.MetaPathFinder):
         return spec
 
 
-class RememberedImportError(ImportError):
+def _not_installed(name: str | None) -> bool:
+    """A top-level module that no folder of sys.path provides (a missing dependency)."""
+    if not name:
+        return False
+    try:
+        return importlib.machinery.PathFinder.find_spec(name.split(".")[0]) is None
+    except (ImportError, ValueError):
+        return False
+
+
+class RememberedImportError(ModuleNotFoundError):
     """A module of the user's that failed to import earlier in this run, failing
     again without running it (a package with a missing dependency fails the
     same way for every file that imports it)."""
 
-    def __init__(self, text: str, digest: str):
-        super().__init__(text)
+    def __init__(self, text: str, digest: str, name: str | None = None):
+        super().__init__(text, name=name)
         self.text = text
         self.digest = digest
 
@@ -114,7 +127,7 @@ class _Retained:
         self.modules: dict[str, tuple[str, str]] = {}  # name -> (file, sha256)
         self.failed: dict[str, tuple[str, RememberedImportError]] = {}  # name -> (file, error)
 
-    def remember_failure(self, name: str, origin: str, exc: ImportError) -> None:
+    def remember_failure(self, name: str, origin: str, exc: ModuleNotFoundError) -> None:
         if isinstance(exc, RememberedImportError):
             error = exc
         else:
@@ -122,7 +135,7 @@ class _Retained:
                 digest = hashlib.sha256(read_source(origin).encode("utf-8", "surrogatepass")).hexdigest()
             except Exception:  # noqa: BLE001 - then it is simply not remembered
                 return
-            error = RememberedImportError(user_error(exc), digest)
+            error = RememberedImportError(user_error(exc), digest, exc.name)
         self.failed[name] = (origin, error)
 
     def raise_remembered(self, name: str, origin: str, importer: "LocalImporter") -> None:
@@ -133,7 +146,7 @@ class _Retained:
             del self.failed[name]
             return
         importer.record(origin, remembered[1].digest)
-        raise RememberedImportError(remembered[1].text, remembered[1].digest)
+        raise RememberedImportError(remembered[1].text, remembered[1].digest, remembered[1].name)
 
     def add(self, importer: LocalImporter) -> None:
         for name in importer.loaded:

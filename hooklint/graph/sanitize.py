@@ -24,7 +24,10 @@ user's own modules it imports):
   the audit hook refuses a download), its name stays unbound and the import
   goes on;
 * updates of the file's own containers (``__all__ += [...]``,
-  ``_MODELS["resnet"] = ResNet``, ``__all__.append("Net")``);
+  ``_MODELS["resnet"] = ResNet``, ``__all__.append("Net")``) and calls that
+  fill the file's own registry (``register_backend(spec)`` with
+  ``register_backend`` defined in the file, ``_REGISTRY.register(...)``: a
+  name starting with ``register``, hooks excepted), inside ``try`` too;
 * ``try`` blocks and ``if`` statements whose test is inert or computed (``if
   TYPE_CHECKING:``, ``if version.parse(torch.__version__) >= ...:``), filtered
   the same way;
@@ -63,18 +66,19 @@ INERT_CALLS = frozenset(
 
 # Builtins a computed value may not call: they run code, read input or end the program.
 UNSAFE_BUILTINS = frozenset({"exec", "eval", "compile", "input", "open", "breakpoint", "exit", "quit", "help",
-                             "__import__", "globals", "locals", "vars", "setattr", "delattr"})
+                             "__import__", "setattr", "delattr"})
 
 # Calls (by qualified name, or a prefix ending in ".") whose result is not a
 # definition: loading, saving, processes, global state, sleeping.
 EFFECT_CALLS = (
-    "torch.load", "torch.save", "torch.hub.", "torch.jit.load", "torch.manual_seed", "torch.set_",
+    "torch.load", "torch.save", "torch.hub.", "torch.jit.load", "torch.compile", "torch.manual_seed", "torch.set_",
     "torch.use_deterministic_algorithms", "torch.cuda.manual_seed", "torch.cuda.set_device", "torch.cuda.init",
     "torch.distributed.", "torch.multiprocessing.",
     "os.system", "os.remove", "os.unlink", "os.makedirs", "os.mkdir", "os.rename", "os.chdir", "os.kill",
     "os.fork", "os.exec", "os.spawn", "os.popen", "os.putenv", "subprocess.", "shutil.", "sys.exit", "time.sleep",
-    "random.seed", "numpy.random.seed", "multiprocessing.", "threading.", "socket.", "urllib.", "requests.",
+    "random.seed", "numpy.random.seed", "socket.", "urllib.", "requests.",
     "pickle.load", "json.load", "wandb.", "mlflow.", "tensorboard", "torch.utils.tensorboard.", "atexit.",
+    "multiprocessing.Pool", "multiprocessing.Process", "threading.Thread", "threading.Timer",
     "signal.", "builtins.open", "io.open", "pathlib.Path.write",
 )
 
@@ -157,6 +161,7 @@ class _Filter:
         self.plain_classes: set[str] = set()  # classes of this file that are certainly not modules
         self.containers: set[str] = set()  # names bound by assignments of this file (not imports)
         self.own: set[str] = set()  # every name the kept statements bind
+        self.star_import = False  # a kept `from x import *` (its names are not known here)
 
     # ------------------------------------------------------------ values
 
@@ -173,7 +178,9 @@ class _Filter:
         if expr is None or isinstance(expr, (ast.Constant, ast.Lambda)):
             return True
         if isinstance(expr, ast.Name):
-            return expr.id in self.bound
+            # after `from x import *` an unknown name may be one of x's: computed (kept inside `try`)
+            return expr.id in self.bound or (computed and self.star_import and expr.id not in
+                                             self.result.skipped_names)
         if isinstance(expr, ast.Attribute):
             return check(expr.value)
         if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
@@ -230,14 +237,16 @@ class _Filter:
                 return True
             return name in _BUILTIN_NAMES and name not in self.own and name not in UNSAFE_BUILTINS
         if isinstance(func, ast.Attribute):
-            if func.attr in EFFECT_METHODS:
-                return False
             head = func.value
             while isinstance(head, ast.Attribute):
                 head = head.value
-            if isinstance(head, ast.Name) and head.id in self.imported:  # `torch.zeros`, `version.parse`
+            if isinstance(head, ast.Name) and head.id in self.imported:  # `torch.zeros`, `re.compile`
                 return not _is_effect(qualified_name(func, self.aliases) or "")
+            if func.attr in EFFECT_METHODS:
+                return False
             if isinstance(head, ast.Name):
+                if (head.id in _BUILTIN_NAMES and head.id not in self.own) or head.id in self.plain_classes:
+                    return True  # `dict.fromkeys(...)`, `str.maketrans(...)`, `Config.default()`
                 # a method of an object the script made (`trainer.fit`, `parser.parse_args`) is not
                 # a definition; reading one of its own containers or strings is
                 return func.attr in PURE_METHODS and head.id in self.bound
@@ -298,6 +307,8 @@ class _Filter:
                 for alias in node.names:
                     if alias.name != "*":
                         self.imported.add((alias.asname or alias.name).split(".")[0])
+                    else:
+                        self.star_import = True
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.add(node.name)
             elif isinstance(node, ast.ClassDef):
@@ -307,6 +318,22 @@ class _Filter:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     self.containers |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+    def _registration(self, func: ast.AST) -> bool:
+        """``register_backend(spec)``, ``AutoConfig.register("x", XConfig)``: filling a
+        registry that definitions look things up in.  Not a hook registration
+        (a global module hook would act on every model the worker analyses)."""
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if not name.startswith("register") or "hook" in name:
+            return False
+        head = func
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        # the file's own registry (a function, class or container of this file): a registry
+        # of another module is filled by that module, and filling it from here can run code
+        # (imports) at a moment the real import order would not
+        return isinstance(head, ast.Name) and (head.id in self.functions or head.id in self.plain_classes
+                                               or head.id in self.containers)
 
     def _plain_class(self, node: ast.ClassDef) -> bool:
         """A class whose bases are builtins, the standard library or plain classes of
@@ -344,10 +371,13 @@ class _Filter:
             if isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
                 return stmt
             call = stmt.value
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
-                    and call.func.attr in CONTAINER_METHODS and isinstance(call.func.value, ast.Name) \
-                    and call.func.value.id in self.containers and all(self.is_computable(a) for a in call.args) \
-                    and all(self.is_computable(k.value) for k in call.keywords):
+            if not isinstance(call, ast.Call) or not all(self.is_computable(a) for a in call.args) \
+                    or not all(self.is_computable(k.value) for k in call.keywords):
+                return None
+            if isinstance(call.func, ast.Attribute) and call.func.attr in CONTAINER_METHODS \
+                    and isinstance(call.func.value, ast.Name) and call.func.value.id in self.containers:
+                return self._guarded(stmt, set())
+            if self._registration(call.func):
                 return self._guarded(stmt, set())
             return None
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
@@ -407,8 +437,12 @@ def base_is_import(expr: ast.AST, imported: set[str]) -> bool:
     return isinstance(expr, ast.Name) and expr.id in imported
 
 
+# The last part of a qualified name that makes any call an effect (``AutoModel.from_pretrained``).
+_EFFECT_SUFFIXES = frozenset({"from_pretrained", "load_state_dict", "download", "fit", "train", "parse_args"})
+
+
 def _is_effect(qualified: str) -> bool:
-    if qualified.rsplit(".", 1)[-1] in EFFECT_METHODS:
+    if qualified.rsplit(".", 1)[-1] in _EFFECT_SUFFIXES:
         return True
     return any(qualified == c or (c.endswith(".") and qualified.startswith(c)) or qualified.startswith(c + ".")
                for c in EFFECT_CALLS)

@@ -430,51 +430,20 @@ def test_files_failing_for_the_same_missing_module_are_one_line(tmp_path, monkey
         "'hooklint_missing_augment_lib' (base.py:1)")]
 
 
-GRADCAM_CLASS = """\
-import torch.nn as nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(inplace=True), nn.Conv2d(8, 8, 3), nn.ReLU())
-        self.fc = nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.fc(self.features(x).mean((2, 3)))
-
-
-class GradCam:
-    def __init__(self, model, target_layer):
-        self.model = model
-        target_layer.register_backward_hook(self.save_gradient)
-
-    def save_gradient(self, module, grad_input, grad_output):
-        self.grads = grad_input[0]
-
-
-def attach(layer):
-    layer.register_backward_hook(lambda m, gi, go: print(gi[0].shape))
-
-
-net = Net()
-cam = GradCam(net, target_layer=net.features)
-attach(net.features[2])
-{extra}
-"""
+GRADCAM_CLASS = (PROJECTS / "gradcam_class" / "cam.py").read_text()
 
 
 def test_a_module_passed_to_a_grad_cam_class_or_a_helper_is_linked(tmp_path):
     """`target_layer` is what every call in the file passes: `net.features` (a
     Sequential ending in ReLU: the graph's HKL102) and `net.features[2]` (a
     Conv2d: its legacy grad_input starts with the input gradient, HKL102 goes)."""
-    (tmp_path / "cam.py").write_text(GRADCAM_CLASS.format(extra=""))
+    (tmp_path / "cam.py").write_text(GRADCAM_CLASS)
     findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
     hkl102 = _by_code(findings, "HKL102")
-    assert [(f["location"]["row"], f["origin"]) for f in hkl102] == [(17, "graph")]
+    assert [(f["location"]["row"], f["origin"]) for f in hkl102] == [(21, "graph")]
     assert "on `target_layer` (Sequential, module `features` of Net) it binds to ReluBackward0" in hkl102[0]["message"]
     # a call the graph cannot follow: the helper's finding stays static
-    (tmp_path / "cam.py").write_text(GRADCAM_CLASS.format(extra="attach(nn.Sequential(nn.Linear(2, 2), nn.Tanh()))"))
+    (tmp_path / "cam.py").write_text(GRADCAM_CLASS + "attach(nn.Sequential(nn.Linear(2, 2), nn.Tanh()))\n")
     findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
-    assert [(f["location"]["row"], f["origin"]) for f in _by_code(findings, "HKL102")] == [(17, "graph"),
-                                                                                        (24, "static")]
+    assert [(f["location"]["row"], f["origin"]) for f in _by_code(findings, "HKL102")] == [(21, "graph"),
+                                                                                        (28, "static")]

@@ -98,7 +98,7 @@ COMPUTED = textwrap.dedent("""\
     from packaging import version
     import torch
     import torch.nn as nn
-    from .helpers import get_version, make_trainer
+    from .helpers import get_version, make_trainer, register_backend
 
     __version__ = get_version()
     MIN_TORCH = version.parse("1.8")
@@ -107,13 +107,20 @@ COMPUTED = textwrap.dedent("""\
     _SCALE = math.sqrt(2.0)
     MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
     _CFG = {k: v * 2 for k, v in dict(a=1, b=2).items()}
+    _NAMES = tuple(dict.fromkeys(["a", "b", "a"]))
     _registry.add("x")
+    register_backend("mlx", _SCALE)
+    register_local("mlx")
+    torch.nn.modules.module.register_module_forward_hook(print)
     _autowrap["gelu"] = _SCALE
     __all__ = ["Net"]
     __all__ += ["Block"]
 
     def _ntuple(n):
         return lambda x: (x,) * n
+
+    def register_local(name):
+        _registry.add(name)
 
     to_2tuple = _ntuple(2)
 
@@ -122,6 +129,7 @@ COMPUTED = textwrap.dedent("""\
             self.dim = dim
 
     DEFAULT = Cfg(dim=4)
+    register_local("cpu")
 
     class Net(nn.Module):
         pass
@@ -150,14 +158,17 @@ def test_computed_module_level_values_are_kept_and_effects_are_not():
         "guarded: _SCALE = math.sqrt(2.0)",
         "guarded: MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)",
         "guarded: _CFG = {k: v * 2 for k, v in dict(a=1, b=2).items()}",
+        "guarded: _NAMES = tuple(dict.fromkeys(['a', 'b', 'a']))",
         "guarded: _registry.add('x')",
         "guarded: _autowrap['gelu'] = _SCALE",
         "__all__ = ['Net']",
         "guarded: __all__ += ['Block']",
         "def _ntuple(n):",
+        "def register_local(name):",
         "guarded: to_2tuple = _ntuple(2)",
         "class Cfg:",
         "guarded: DEFAULT = Cfg(dim=4)",
+        "guarded: register_local('cpu')",
         "class Net(nn.Module):",
         # `trainer = make_trainer()` calls an imported function: kept (inside `try`); its `fit` is not
         "guarded: trainer = make_trainer()",
