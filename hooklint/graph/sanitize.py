@@ -85,7 +85,7 @@ EFFECT_CALLS = (
 # Methods that run, train, load or move things: never part of a definition.
 EFFECT_METHODS = frozenset({
     "fit", "train", "eval", "backward", "step", "run", "parse_args", "parse_known_args", "cuda", "to", "download",
-    "save", "load", "load_state_dict", "from_pretrained", "wait", "join", "start", "evaluate", "predict", "test",
+    "save", "load_state_dict", "from_pretrained", "wait", "join", "start", "evaluate", "predict", "test",
     "validate", "write", "write_text", "write_bytes", "mkdir", "unlink", "touch", "open", "read", "read_text",
     "read_bytes", "zero_grad", "register_forward_hook", "register_backward_hook", "register_full_backward_hook",
     "register_hook", "apply", "compile", "half", "float", "double", "share_memory", "seed",
@@ -102,7 +102,9 @@ PURE_METHODS = frozenset({
 CONTAINER_METHODS = frozenset({"append", "extend", "insert", "update", "add", "setdefault"})
 
 _BUILTIN_NAMES = frozenset(dir(builtins))
-_STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"typing", "dataclasses", "enum", "collections"}
+# Libraries whose classes are (or may be) models: a class based on one of theirs is not plain.
+_MODEL_LIBRARIES = frozenset({"torch", "lightning", "pytorch_lightning", "transformers", "timm", "torchvision",
+                              "diffusers", "peft", "accelerate"})
 
 
 @dataclass
@@ -336,18 +338,24 @@ class _Filter:
                                                or head.id in self.containers)
 
     def _plain_class(self, node: ast.ClassDef) -> bool:
-        """A class whose bases are builtins, the standard library or plain classes of
-        this file: building one at import time builds no model."""
+        """A class that is not a model: no base is a module class of torch (or of a
+        library built on it) or of this file.  Building one, or calling its class
+        methods (``CONFIG = Config.load()``), at import time builds no model.  A
+        base imported from elsewhere that is a module after all (a project's
+        ``BaseNet``) makes a top-level ``net = Net()`` build a model: inside
+        ``try`` and the step's time budget, like any computed value."""
         for base in node.bases:
             if isinstance(base, ast.Subscript):  # Generic[T], NamedTuple[...]
                 base = base.value
-            if isinstance(base, ast.Name) and (base.id in self.plain_classes or (
-                    base.id in _BUILTIN_NAMES and base.id not in self.own)):
+            if isinstance(base, ast.Name) and base.id in self.plain_classes:
                 continue
-            qual = qualified_name(base, self.aliases)
-            if qual is not None and qual.split(".")[0] in _STDLIB and base_is_import(base, self.imported):
-                continue
-            return False
+            if isinstance(base, ast.Name) and base.id in self.own and base.id not in self.imported:
+                return False  # a class of this file that is a module (or something unknown)
+            qual = qualified_name(base, self.aliases) or ""
+            if qual.split(".")[0] in _MODEL_LIBRARIES or qual.endswith((".Module", "nn.Module")) \
+                    or not base_is_import(base, self.imported) and not (
+                        isinstance(base, ast.Name) and base.id in _BUILTIN_NAMES):
+                return False
         return all(k.arg == "metaclass" and self.is_inert(k.value) for k in node.keywords)
 
     def _guarded(self, stmt: ast.stmt, names: set[str]) -> ast.stmt:
