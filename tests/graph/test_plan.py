@@ -312,6 +312,7 @@ def test_parent_side_modules_do_not_import_torch():
     code = ("import sys\n"
             "import hooklint.graph.facts, hooklint.graph.link, hooklint.graph.plan, hooklint.graph.provider\n"
             "import hooklint.graph.cache, hooklint.graph.render, hooklint.graph.cli_options, hooklint.cli.graph\n"
+            "import hooklint.graph.project, hooklint.graph.roots, hooklint.graph.sanitize\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
@@ -325,3 +326,35 @@ def test_check_with_the_graph_imports_torch_only_in_the_worker(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert '"origin": "graph"' in proc.stdout, proc.stderr
     assert "TORCH=\n" in proc.stdout
+
+
+def test_real_package_shapes_the_filter_keeps():
+    """Seen in the corpus (pyvene, torchlens, nnsight): names from a star import,
+    `re.compile` (a library call named like `model.compile()`), `globals()`, a
+    class method of a configuration class based on a library's (pydantic)."""
+    source = textwrap.dedent("""\
+        import re
+        import threading
+        from pydantic import BaseModel
+        from .constants import *
+        from ._split import rebind
+
+        MAPPING = {GPT2Model: gpt2_mapping}
+        _ATTR_RE = re.compile("[a-z]+=")
+        _LOCK = threading.Lock()
+        restored = rebind(_origins.restored, globals())
+
+        class Config(BaseModel):
+            HOST: str = "x"
+
+        CONFIG = Config.load()
+        model = torch.compile(Config())
+    """)
+    assert _kept(source)[5:] == [
+        "guarded: MAPPING = {GPT2Model: gpt2_mapping}",
+        "guarded: _ATTR_RE = re.compile('[a-z]+=')",
+        "guarded: _LOCK = threading.Lock()",
+        "guarded: restored = rebind(_origins.restored, globals())",
+        "class Config(BaseModel):",
+        "guarded: CONFIG = Config.load()",
+    ]
