@@ -116,8 +116,11 @@ def _exercise(model, example_inputs, loss_fn, steps, select, ignore):
                 raise TypeError("loss_fn must return a scalar tensor")
             loss.backward()
     except Exception as exc:  # noqa: BLE001 - a hook that raises is often the finding itself
+        from hooklint.runtime.frames import drop_hooklint_frames
+
         error = exc
         session.observe_exception(exc)
+        drop_hooklint_frames(exc)  # raised again below: from the user's call to the user's hook
     finally:
         session.stop()
         _restore_state(saved)
@@ -149,7 +152,7 @@ def format_observations(observations, title: str, steps: int | None = None,
         rule = rule_for(obs.code)
         name = f" {rule.name}" if rule is not None else ""
         source = obs.site.text()
-        lines += ["", f"{obs.code}{name}: {obs.message}"]
+        lines += ["", f"{obs.code}{name}: {obs.full_message}"]
         lines.append(f"  at: {obs.site.path}:{obs.site.line}" + (f": {source}" if source else ""))
         for related in obs.related:
             lines.append(f"  note: {related.message} ({related.path}:{related.location.row})")

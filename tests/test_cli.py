@@ -230,7 +230,8 @@ class TestFormats:
         r = check(project, "--output-format", "concise", "bad.py")
         lines = r.stdout.splitlines()
         assert len(lines) == 1
-        assert lines[0].startswith("bad.py:7:7: HKL101 [*] `register_backward_hook` on `layer` (Linear)")
+        # [-]: an unsafe fix (statically, nothing shows whether an in-place op follows the layer)
+        assert lines[0].startswith("bad.py:7:7: HKL101 [-] `register_backward_hook` on `layer` (Linear)")
 
     def test_json(self, project):
         r = check(project, "--output-format", "json", "bad.py", "clean.py")
@@ -242,8 +243,8 @@ class TestFormats:
         assert item["code"] == "HKL101"
         assert item["location"] == {"row": 7, "column": 7}
         assert item["end_location"] == {"row": 7, "column": 29}
-        assert item["fix"]["applicability"] == "safe"
-        assert item["fix"]["edits"][0]["content"] == "register_full_backward_hook"
+        assert item["fix"]["applicability"] == "unsafe"
+        assert [e["content"] for e in item["fix"]["edits"]][1:] == ["register_forward_hook", "output_grad_hook(", ")"]
         assert item["url"].endswith("HKL101.md")
 
     def test_json_lines(self, project):
@@ -257,7 +258,7 @@ class TestFormats:
 
     def test_statistics(self, project):
         r = check(project, "--statistics", "bad.py")
-        assert r.stdout.split() == ["1", "HKL101", "legacy-backward-hook", "[*]"]
+        assert r.stdout.split() == ["1", "HKL101", "legacy-backward-hook"]  # its fix is unsafe: no [*]
 
     def test_output_format_from_config(self, project):
         (project / "pyproject.toml").write_text("[tool.hooklint]\noutput-format = 'concise'\n")

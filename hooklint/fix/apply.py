@@ -4,7 +4,8 @@ A round takes the findings of one check of a text, keeps the fixes whose
 applicability is allowed, and applies as many as it can at once: fixes are
 taken in source order and one whose edits touch the span of an already
 accepted fix waits for the next round (the text is re-checked in between, so
-its edits are recomputed against the new text).  The result must still parse:
+its edits are recomputed against the new text); an edit that two fixes share
+exactly is made once.  The result must still parse:
 a fix that would break the syntax is dropped and reported, never written.
 :func:`fix_text` runs rounds until nothing more applies, a text repeats, or
 the round limit is hit.
@@ -93,12 +94,14 @@ def _overlap(a: _Span, b: _Span) -> bool:
 
 
 def _conflict(a: tuple[_Span, ...], b: tuple[_Span, ...]) -> bool:
-    return any(_overlap(x, y) for x in a for y in b)
+    # An edit that two fixes share exactly (HKL101's helper function, written
+    # once for every registration it fixes) is made once and is no conflict.
+    return any(_overlap(x, y) and x != y for x in a for y in b)
 
 
 def _build(text: str, spans: Iterable[_Span]) -> str:
     out, pos = [], 0
-    for span in sorted(spans, key=lambda s: (s.start, s.end)):
+    for span in sorted(set(spans), key=lambda s: (s.start, s.end)):
         out.append(text[pos:span.start])
         out.append(span.content)
         pos = span.end

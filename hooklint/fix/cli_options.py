@@ -7,7 +7,10 @@ report:
 * ``--diff`` prints the unified diff of every fix that would apply, changes
   no file, and exits 1 when there is a diff (0 otherwise);
 * ``--fix`` writes the fixes, then checks the files again and returns that
-  report (with ``fixed`` set), so the exit code says whether findings remain.
+  report (with ``fixed`` set), so the exit code says whether findings remain;
+* ``--verify`` (with either) first proves each fix on the model the graph
+  layer builds (:mod:`hooklint.fix.verify`) and drops the fixes that fail
+  their proof, or that have none and are not safe by construction.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class FixSettings:
     unsafe: bool
     show: bool
     quiet: bool
+    verify: bool = False
+    use_cache: bool = True
 
     @property
     def allowed(self) -> frozenset[Applicability]:
@@ -51,29 +56,86 @@ def add_check_options(parser: argparse.ArgumentParser) -> None:
                    help="Print the fixes as a unified diff and change no file; exit 1 if there is any.")
     g.add_argument("--show-fixes", action="store_true",
                    help="With --fix or --diff: list the fixed findings per file on stderr.")
+    g.add_argument("--verify", action="store_true",
+                   help="With --fix or --diff: prove each fix first by running the model hooklint builds with the "
+                        "original and the fixed hook (in a subprocess); apply only the fixes that pass, and those "
+                        "that cannot be proven but are safe by construction.")
 
 
 def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
     if not (getattr(args, "fix", False) or getattr(args, "diff", False)):
+        if getattr(args, "verify", False):
+            from hooklint.engine import UsageError
+
+            raise UsageError("--verify proves fixes: use it with --fix or --diff")
         return
     settings = FixSettings(diff=args.diff, unsafe=args.unsafe_fixes, show=args.show_fixes,
-                           quiet=getattr(args, "quiet", False))
+                           quiet=getattr(args, "quiet", False), verify=getattr(args, "verify", False),
+                           use_cache=not getattr(args, "no_cache", False))
+    if settings.verify and options.static_only:
+        from hooklint.engine import UsageError
+
+        raise UsageError("--verify runs the models hooklint builds: it cannot be used with --static-only")
+    _fixes_see_the_graph(options, args)
     options.extra["post_check"] = functools.partial(post_check, settings)
+
+
+# Rules whose fix depends on graph facts (HKL101: is an in-place op after the module?).
+_GRAPH_FIXES = frozenset({"HKL101"})
+
+
+def _fixes_see_the_graph(options: CheckOptions, args: argparse.Namespace) -> None:
+    """Give the fixes the graph facts their safety rests on, and keep those
+    facts for --verify: the graph layer runs even when only HKL101 is selected."""
+    if options.static_only:
+        return
+    if options.graph_provider is None and options.codes & _GRAPH_FIXES:
+        use_cache = not getattr(args, "no_cache", False)
+
+        def provider(files, config):
+            from hooklint.graph.provider import provide_graph_facts
+
+            return provide_graph_facts(files, config, use_cache=use_cache)
+
+        options.graph_provider = provider
+    inner = options.graph_provider
+    if inner is None:
+        return
+
+    def remembering(files, config):
+        facts, notices = inner(files, config)
+        options.extra["graph_facts"] = facts
+        return facts, notices
+
+    options.graph_provider = remembering
 
 
 def post_check(settings: FixSettings, report: Report, options: CheckOptions, args: argparse.Namespace):
     files = {display_path(path): path for path in discover(options)}
     from hooklint.fix.files import fix_files  # only when fixing: keeps `check` start-up light
 
+    findings = report.findings
+    recheck_for = functools.partial(_recheck, options)
+    verification = None
+    if settings.verify:
+        from hooklint.fix.verify import verify_fixes
+
+        verification = verify_fixes(findings, allowed=settings.allowed, locate=lambda shown: files.get(shown, shown),
+                                    graph_facts=options.extra.get("graph_facts") or {}, config=options.config,
+                                    use_cache=settings.use_cache)
+        findings = verification.keep(findings)
+        recheck_for = verification.recheck_for(recheck_for)
     results = fix_files(
-        report.findings,
+        findings,
         allowed=settings.allowed,
         locate=lambda shown: files.get(shown, shown),
-        recheck_for=functools.partial(_recheck, options),
+        recheck_for=recheck_for,
         write=not settings.diff,
     )
     notices = fix_notices(results)
     fixed = [f for r in results if r.changed for f in r.outcome.applied]
+    if verification is not None:
+        notices = verification.notices(fixed) + notices
     if settings.diff:
         return _print_diff(settings, report, results, notices, fixed)
     if settings.show and not settings.quiet:
@@ -108,13 +170,13 @@ def _print_diff(settings: FixSettings, report: Report, results: list[FileFix], n
     from hooklint.report.text import render_notices, use_color
 
     changed = [r for r in results if r.changed]
-    from hooklint.fix.files import unified_diff
-
-    sys.stdout.write("".join(unified_diff(r.path, r.outcome.original, r.outcome.text) for r in changed))
+    sys.stdout.write("".join(r.diff() for r in changed))
     sys.stdout.flush()
     all_notices = report.notices + notices
+    # -q keeps the errors (and drops the rest)
+    sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr),
+                                    levels=frozenset({NoticeLevel.ERROR}) if settings.quiet else None))
     if not settings.quiet:
-        sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr)))
         if settings.show:
             sys.stderr.write(fixed_listing(fixed, "Would fix"))
         sys.stderr.write(_diff_summary(report, fixed, len(changed), settings))

@@ -10,6 +10,7 @@ Everything runs under :class:`~hooklint.graph.guard.Guard`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import hashlib
 import importlib.abc
@@ -220,6 +221,7 @@ class Session:
     plan: Plan
     unique_name: str
     module_name: str | None = None  # imported under this name (a module of a package)
+    context: Any = None  # the ProjectContext its plan was made with (roots, the project's imports)
 
     @property
     def namespace(self) -> dict[str, Any]:
@@ -249,7 +251,7 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     with _import_state(list(roots.search), importer, (unique_name,)):
         sys.modules[unique_name] = module
         os.chdir(path.parent)
-        yield Session(path, module, importer, plan, unique_name, roots.module_name)
+        yield Session(path, module, importer, plan, unique_name, roots.module_name, context)
 
 
 @contextmanager
@@ -484,13 +486,18 @@ def _annotated_arguments(cls: type) -> dict[str, type] | None:
 def _undecorated(session: Session, name: str, line: int) -> Callable[[], Any] | None:
     """The function ``name`` of the file without its decorators (a pytest fixture
     cannot be called directly), with the module's globals."""
-    for stmt in session.plan.sanitized.tree.body:
-        if isinstance(stmt, ast.FunctionDef) and stmt.name == name and stmt.lineno == line:
+    return undecorated_function(session.namespace, session.plan.sanitized.tree, str(session.path), name, line)
+
+
+def undecorated_function(namespace: dict[str, Any], tree: ast.Module, filename: str, name: str,
+                         line: int | None = None) -> Callable[[], Any] | None:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == name and (line is None or stmt.lineno == line):
             bare = copy.copy(stmt)
             bare.decorator_list = []
             module = ast.fix_missing_locations(ast.Module(body=[bare], type_ignores=[]))
             scratch: dict[str, Any] = {}
-            exec(compile(module, str(session.path), "exec"), session.namespace, scratch)  # noqa: S102
+            exec(compile(module, filename, "exec"), namespace, scratch)  # noqa: S102 - the file's own function
             return scratch.get(name)
     return None
 
@@ -502,16 +509,18 @@ def _first_value(value: Any) -> Any:
     return value
 
 
-def run_factory(spec: str) -> Built:
-    """``pkg.mod:build`` -> the module it returns (and example inputs, if it returns them)."""
+def run_factory(spec: str, guard=None) -> Built:
+    """``pkg.mod:build`` -> the module it returns (and example inputs, if it returns them).
+    ``guard``: run it under that guard (callers that are not a worker step)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(f"`{spec}` is not of the form `package.module:function`")
-    module = importlib.import_module(module_name)
-    factory = module
-    for part in attr.split("."):
-        factory = getattr(factory, part)
-    value = factory()
+    with guard.running_user_code() if guard is not None else contextlib.nullcontext():
+        module = importlib.import_module(module_name)
+        factory = module
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+        value = factory()
     inputs = None
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], nn.Module):
         value, inputs = value
@@ -519,6 +528,39 @@ def run_factory(spec: str) -> Built:
     if not isinstance(value, nn.Module):
         raise TypeError(f"returned {type(value).__name__}, not an nn.Module or (module, example_inputs)")
     return Built(value, f"factory {spec}", None, inputs, "declared by the factory" if inputs is not None else "")
+
+
+def rebuild_model(namespace: dict[str, Any], plan: Plan, model: dict[str, Any], filename: str) -> nn.Module:
+    """A new instance of a model the graph layer analysed, from its facts
+    (``ModelFacts.to_dict()``: ``source``, ``class_name``, ``call_line``), in
+    the file's executed definitions ``namespace`` (``plan`` is the file's plan).
+    For code that runs the model again (``--fix --verify``): every way
+    :func:`build_instances` builds one.  Raises LookupError when the way it was
+    built is not in the file any more; the model's own errors propagate."""
+    source = model["source"]
+    class_name = model["class_name"]
+    if source.startswith("factory ") and ":" in source:  # [tool.hooklint] models
+        return run_factory(source[len("factory "):]).model
+    if source.startswith(("factory ", "fixture ")) and source.endswith("()"):  # the file's own function
+        name = source.split(" ", 1)[1][:-2]
+        function = undecorated_function(namespace, plan.sanitized.tree, filename, name)
+        if function is None:
+            raise LookupError(f"`{name}` is not defined in the file any more")
+        return _first_value(function())
+    call = next((c for c in plan.calls if c.text == source), None) or next(
+        (c for c in plan.calls if model.get("call_line") is not None and c.line == model["call_line"]
+         and c.class_name == class_name), None)
+    if call is not None:
+        return eval(compile(ast.Expression(call.node), filename, "eval"), namespace)  # noqa: S307
+    cls = namespace.get(class_name)
+    if not isinstance(cls, type):
+        raise LookupError(f"class {class_name} is not defined in the file any more")
+    if source == "a no-argument constructor":
+        return cls()
+    arguments = _annotated_arguments(cls) if source.startswith(f"{class_name}(") else None
+    if arguments is None:
+        raise LookupError(f"the constructor call `{source}` is not in the file any more")
+    return cls(**{k: v() for k, v in arguments.items()})
 
 
 @lru_cache(maxsize=256)

@@ -65,6 +65,9 @@ class Reply:
 class WorkerProcess:
     """One worker subprocess; restarted by the pool after a crash or a timeout."""
 
+    # What runs in it; `hooklint check --verify` starts its own (hooklint.fix.verify_worker).
+    module = "hooklint.graph.worker"
+
     def __init__(self, memory_limit: int, cwd: Path):
         self.memory_limit = memory_limit
         self.cwd = cwd
@@ -101,7 +104,7 @@ class WorkerProcess:
         })
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hooklint.graph.worker", str(self.memory_limit)],
+                [sys.executable, "-m", self.module, str(self.memory_limit)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self.stderr, pass_fds=(write_fd,),
                 env=env, cwd=self.cwd, start_new_session=True)
         except OSError as exc:

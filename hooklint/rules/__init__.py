@@ -14,9 +14,12 @@ _RULE_MODULES = (
     "hooklint.rules.legacy",
     "hooklint.rules.grad_edit",
     "hooklint.rules.lifetime",
+    "hooklint.rules.shared_hook_handles",
+    "hooklint.rules.hook_removed_while_needed",
     "hooklint.rules.arguments",
     "hooklint.rules.autograd_function",
     "hooklint.rules.graph_only",
+    "hooklint.rules.full_hook_on_caller_module",
     "hooklint.rules.runtime_only",
 )
 

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Finding, Related, Severity
+from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import return_statements
 from hooklint.static.context import FileContext
@@ -283,7 +283,9 @@ class FunctionGradCount(Rule):
     an expression that is certainly one tensor.  `return grads` where `grads`
     is built elsewhere is not checked.  Without any `apply` call in the file,
     only counts below the number of required `forward` inputs (or non-`None`
-    extras beyond all of them) are reported.
+    extras beyond all of them) are reported.  At run time (`hooklint run`,
+    `hooklint.instrument()`), PyTorch's error is reported as this rule, at the
+    `backward` of the Function it names, whatever `backward` returns.
 
     ## Example
     ```python
@@ -325,6 +327,7 @@ class FunctionGradCount(Rule):
     """
 
     code = "HKL501"
+    origins = (Origin.STATIC, Origin.RUNTIME)
     name = "function-grad-count"
     summary = "A custom autograd Function's backward returns a different number of gradients than forward has inputs"
     severity = Severity.ERROR

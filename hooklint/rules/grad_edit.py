@@ -61,9 +61,10 @@ _PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
 
 
 def registrations_by_hook(ctx: FileContext, kinds: tuple[HookKind, ...]) -> dict[ast.AST, list[Registration]]:
-    """Registrations of the given kinds, grouped by the hook function they run."""
+    """Registrations of the given kinds, grouped by the hook function they run
+    (with hooks that reach a registration through a helper's parameters)."""
     out: dict[ast.AST, list[Registration]] = {}
-    for reg in ctx.hooks.by_kind(*kinds):
+    for reg in ctx.hooks.instances_by_kind(*kinds):
         if reg.hook is not None:
             out.setdefault(reg.hook.node, []).append(reg)
     return out
@@ -215,6 +216,12 @@ class GradEditInModuleHook(Rule):
     The fix is **display-only**: where the hook's edit touches a single
     parameter attribute of the hooked module, the message shows the same edit
     as a post-accumulate-grad hook on that parameter, with its registration.
+    The hook's `(module, grad_input, grad_output)` parameters become one
+    `param`; its other parameters stay with their defaults (a `mask=mask`
+    default is what keeps each hook defined in a loop on its own layer's
+    mask), and so do those that `functools.partial` or a bound method
+    supply.  Pasted in place of the hook and its registration (in the same
+    loop), the code runs and edits each parameter's accumulated gradient.
     It changes the hook's signature and registration, so it is never applied.
 
     ## References
@@ -388,6 +395,32 @@ class _ToPostAccumulate(ast.NodeTransformer):
         return node
 
 
+def _post_accumulate_arguments(args: ast.arguments, reg: Registration, new_param: str) -> ast.arguments | None:
+    """The hook's parameters with the module hook's (module, grad_input,
+    grad_output) replaced by the parameter: those the registration binds
+    (`self`, functools.partial's) and the others stay, defaults included.
+    A `mask=mask` default is how a hook defined in a loop keeps that
+    iteration's value: dropping it makes every hook use the last one."""
+    hook = reg.hook
+    if hook is None:
+        return None
+    roles = {name for name in (reg.param(r) for r in ("module", "grad_input", "grad_output")) if name}
+    positional = args.posonlyargs + args.args
+    first_default = len(positional) - len(args.defaults)
+    default_of = {id(a): args.defaults[i - first_default] for i, a in enumerate(positional) if i >= first_default}
+    kept = positional[:hook.bound]
+    rest = [a for a in positional[hook.bound:] if a.arg not in roles]
+    if any(id(a) in default_of for a in kept):
+        return None  # the new parameter cannot follow a parameter with a default
+    new_args = kept + [ast.arg(new_param)] + rest
+    defaults = [default_of[id(a)] for a in rest if id(a) in default_of]
+    if any(id(a) not in default_of for a in rest[len(rest) - len(defaults):]) or \
+            any(id(a) in default_of for a in rest[:len(rest) - len(defaults)]):
+        return None
+    return ast.arguments(posonlyargs=[], args=new_args, vararg=args.vararg, kwonlyargs=args.kwonlyargs,
+                         kw_defaults=args.kw_defaults, kwarg=args.kwarg, defaults=defaults)
+
+
 def _post_accumulate_fix(ctx: FileContext, func: ast.AST, regs: list[Registration],
                          accesses: list[ast.Attribute]) -> Fix | None:
     derivation = _derive(ctx, func, regs, accesses)
@@ -405,11 +438,10 @@ def _post_accumulate_fix(ctx: FileContext, func: ast.AST, regs: list[Registratio
     target = outer_copy if outer is func else next(
         n for n in ast.walk(outer_copy) if isinstance(n, FunctionNode)
         and (n.lineno, n.col_offset) == (func.lineno, func.col_offset))  # type: ignore[attr-defined]
-    # arguments bound by the registration (`self`, functools.partial's) stay
-    bound = regs[0].hook.bound if regs[0].hook is not None else 0
-    kept = (target.args.posonlyargs + target.args.args)[:bound]
-    target.args = ast.arguments(posonlyargs=[], args=kept + [ast.arg(new_param)], vararg=None, kwonlyargs=[],
-                                kw_defaults=[], kwarg=None, defaults=[])
+    arguments = _post_accumulate_arguments(target.args, regs[0], new_param)
+    if arguments is None:
+        return None
+    target.args = arguments
     transformer = _ToPostAccumulate(derivation.module_param, derivation.attr, new_param)
     target.body = [transformer.visit(stmt) for stmt in target.body]
     target.decorator_list = []
@@ -690,7 +722,11 @@ class PostAccumulateHookArgument(Rule):
     Updating the parameter is what optimizer-in-backward hooks do on purpose.
     A hook that reads `p.grad`, or whose in-place update mentions a learning
     rate or decay (`p.mul_(1 - lr * wd)`), is not reported; nor is an in-place
-    clamp of the parameter, which is taken for weight clipping.
+    clamp of the parameter, which is taken for weight clipping.  At run time
+    a hook whose argument is named as a gradient (`grad`, `g`, `gradient`) is
+    reported whatever its code mentions (`def clip(grad): grad.clamp_(-1, 1)`
+    clips the weights), and so is an edit through `.data` in a hook that never
+    uses `.grad`.
 
     ## Example
     ```python

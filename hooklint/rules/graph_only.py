@@ -16,7 +16,7 @@ from hooklint.findings import Finding, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.forward import inplace_modules
-from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import ClassInfo
 from hooklint.static.values import ModuleValue
 
@@ -122,7 +122,7 @@ class FullHookInplace(Rule):
     summary = "A full backward hook on a module whose output (or input) is modified in place breaks the forward"
     severity = Severity.ERROR
     origins = (Origin.GRAPH, Origin.STATIC, Origin.RUNTIME)
-    triggers = ("register_full_backward_hook", "register_full_backward_pre_hook")
+    triggers = ("register_full_backward_hook", "register_full_backward_pre_hook") + DYNAMIC_NAME_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
         # out-of-place ReLU after the hooked conv
         "import torch.nn as nn\n"
@@ -191,18 +191,35 @@ class FullHookInplace(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        for reg in ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
+        reported: set[tuple[int, int]] = set()
+        for reg in ctx.hooks.instances_by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
             if reg.is_global or reg.receiver is None:
                 continue
             from hooklint.graph.link import modules_for  # on first use: most runs never get here
 
-            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls]
+            pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
             if pairs:
                 finding = self._from_graph(ctx, reg, pairs)
             else:
                 finding = self._from_source(ctx, reg)
-            if finding is not None:
+            if finding is None:
+                continue
+            key = (finding.location.row, finding.location.column)
+            if key not in reported:
+                reported.add(key)
                 yield finding
+
+    def _at(self, ctx: FileContext, reg: Registration, message: str, related: list[Related],
+            origin: Origin = Origin.STATIC) -> Finding:
+        """At the registration; for a module a call site passed to a helper, at that
+        call (where the module is chosen), with the registration as a related place."""
+        site = reg.site_call
+        if site is not None and reg.receiver_origin is not None:
+            related = [Related(f"registered here, in `{_function_name(ctx, reg.call)}`", ctx.display_path,
+                               ctx.span(reg.call)[0])] + related
+            return self.finding(ctx, site, message, help=_HELP, related=related, origin=origin)
+        return self.finding(ctx, reg.name_node, message, name_only=True, help=_HELP, related=related,
+                            origin=origin)
 
     # -- with graph facts -------------------------------------------------------
     def _from_graph(self, ctx: FileContext, reg: Registration,
@@ -220,32 +237,30 @@ class FullHookInplace(Rule):
             related = []
             if op.line is not None and op.file is not None and op.file == os.path.realpath(ctx.path):
                 related.append(Related("modified in place here", ctx.display_path, Location(op.line, 1)))
-            return self.finding(ctx, reg.name_node, self._message(reg, target, what), name_only=True,
-                                help=_HELP, related=related, origin=Origin.GRAPH)
+            return self._at(ctx, reg, self._message(reg, target, what), related, Origin.GRAPH)
         return None
 
     # -- from the source alone ----------------------------------------------------
     def _from_source(self, ctx: FileContext, reg: Registration) -> Finding | None:
-        receiver = reg.receiver
+        receiver = module_expr(reg)
         if not isinstance(receiver, ast.Attribute):
             return None
         owner = ctx.inference.infer(receiver.value)
         if not isinstance(owner, ModuleValue) or owner.local_class is None:
             return None
+        target = f"`{reg.receiver_text}`" + reg.via_text()
         hooked = reg.receiver_module
         if hooked is not None and hooked.torch_class and inplace_modules(hooked.call):
             # nn.ReLU(inplace=True) inside a model: its input comes from earlier layers
             what = f"it modifies its input in place (`{ctx.segment(hooked.call)}`)"  # type: ignore[arg-type]
-            return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
-                                name_only=True, help=_HELP)
+            return self._at(ctx, reg, self._message(reg, target, what), [])
         site = _inplace_after_call(ctx, owner.local_class, receiver.attr)
         if site is None:
             return None
         what = f"its output is modified in place after it by {site.description} (line {site.node.lineno} " \
                f"in {owner.local_class.name}.forward)"
         related = [Related("modified in place here", ctx.display_path, ctx.span(site.node)[0])]
-        return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
-                            name_only=True, help=_HELP, related=related)
+        return self._at(ctx, reg, self._message(reg, target, what), related)
 
     @staticmethod
     def _message(reg: Registration, target: str, what: str) -> str:
@@ -257,8 +272,20 @@ class FullHookInplace(Rule):
 
 def _target(reg: Registration, model: ModelFacts, module: ModuleFacts) -> str:
     if module.path:
-        return f"`{reg.receiver_text}` ({module.class_name}, module `{module.path}` of {model.class_name})"
-    return f"`{reg.receiver_text}` ({module.class_name})"
+        return f"`{reg.receiver_text}` ({module.class_name}, module `{module.path}` of {model.class_name})" + \
+            reg.via_text()
+    return f"`{reg.receiver_text}` ({module.class_name})" + reg.via_text()
+
+
+def module_expr(reg: Registration) -> ast.AST | None:
+    """The expression naming the hooked module where it is chosen: the call
+    site's argument for a helper's parameter, else the receiver itself."""
+    return reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
+
+
+def _function_name(ctx: FileContext, node: ast.AST) -> str:
+    func = ctx.model.enclosing_function(node)
+    return getattr(func, "name", "<lambda>") if func is not None else "<module>"
 
 
 def _where(op: Op, ctx: FileContext) -> str:

@@ -72,6 +72,9 @@ class _Local(threading.local):
         self.call: "HookCall | None" = None
         self.outputs_warning_module: int = 0  # id() of the module PyTorch just warned about
         self.last_hooked: tuple | None = None  # (module ref, side) of the last tensors a BackwardHook wrapped
+        # id(module) -> the gradient edges of its inputs, noted before each forward of a module with a
+        # legacy backward hook (a stack: a module may run inside itself)
+        self.legacy_inputs: dict[int, list] = {}
 
 
 # -- records -----------------------------------------------------------------
@@ -81,8 +84,9 @@ class HookRecord:
     """One registration the user made while instrumented."""
 
     __slots__ = ("kind", "is_global", "name", "site", "roots", "target_ref", "target_label", "handle_id",
-                 "dict_ref", "sessions", "live", "fired", "last_task", "removed", "reg_seq", "reg_thread",
-                 "key", "uses_grad_input", "intent_names", "__weakref__")
+                 "dict_ref", "sessions", "live", "fired", "runs", "last_task", "removed", "reg_seq", "reg_thread",
+                 "key", "code_key", "site_group", "subject_noun", "uses_grad_input", "intent_names",
+                 "gradient_named", "snapshot_data", "__weakref__")
 
     def __init__(self, kind: HookKind, is_global: bool, hook: Any, site: Site, roots: describe.Roots,
                  target: Any, sessions: list, adopted: bool = False, target_name: str | None = None):
@@ -94,26 +98,44 @@ class HookRecord:
         self.target_ref = weakref.ref(target) if target is not None else None
         if isinstance(target, nn.Module):
             self.target_label = f"a `{describe.module_label(target)}` module"
+            self.subject_noun = "module"
         elif isinstance(target, torch.Tensor):
             name = roots.parameter_name(target) if isinstance(target, nn.Parameter) else None
             name = name or target_name
             shape = describe.shape_text(target)
             self.target_label = f"`{name}` (shape {shape})" if name else f"a tensor of shape {shape}"
+            self.subject_noun = "parameter" if isinstance(target, nn.Parameter) else "tensor"
         else:
             self.target_label = "every module (global hook)"
+            self.subject_noun = "target"
         self.handle_id = -1
         self.dict_ref: weakref.ref | None = None
         self.sessions = list(sessions)
         self.live = True
-        self.fired = 0
+        self.fired = 0  # calls of the hook
+        self.runs = 0  # forwards of the target module while registered (module hooks)
         self.last_task = -2
         self.removed = False
         # adopted hooks were registered before anything hooklint saw ran: never late
         self.reg_seq = sequence_nr() if kind.is_module_backward and not is_global and not adopted else 0
         self.reg_thread = threading.get_ident()
         self.key = describe.hook_key(hook)
+        self.code_key = describe.hook_code_key(hook)
+        self.site_group: SiteGroup | None = None
         self.uses_grad_input = describe.reads_parameter(hook, 1) if kind is HookKind.BACKWARD_LEGACY else None
         self.intent_names = describe.code_names(hook) if kind is HookKind.POST_ACCUMULATE else frozenset()
+        self.gradient_named = ""  # the argument's name, when it names a gradient
+        self.snapshot_data = False
+        if kind is HookKind.POST_ACCUMULATE:
+            # `def clip(grad): grad.clamp_(-1, 1)`: the name says the author takes the parameter for its
+            # gradient, whatever words the code uses
+            argument = describe.argument_name(hook, 0)
+            self.gradient_named = argument if argument and describe.names_a_gradient(argument) else ""
+            attributes = describe.attribute_names(hook)
+            # an edit through `.data` leaves no trace in the version counter: compare values instead, only
+            # for hooks that use `.data` and never `.grad` (a copy of the parameter per call)
+            self.snapshot_data = "data" in attributes and "grad" not in attributes and (
+                self.gradient_named or not observe.looks_like_parameter_update(self.intent_names))
 
     def target(self) -> Any:
         return self.target_ref() if self.target_ref is not None else None
@@ -127,6 +149,29 @@ class HookRecord:
     def what(self) -> str:
         """``full backward hook `grad_mod``` """
         return f"{describe.kind_phrase(self.kind.value)} `{self.name}`"
+
+    def has_run(self) -> bool:
+        """Its target ran (a forward of its module, a gradient for its tensor) while it was registered."""
+        return self.runs > 0 or self.fired > 0
+
+    def in_force(self) -> bool:
+        return self.live and not self.removed and (self.target_ref is None or self.target_ref() is not None)
+
+
+class SiteGroup:
+    """Registrations of the same code from one source line on one target (HKL304).
+
+    Registering again after the target ran, while the earlier registration is
+    still in place, makes the group suspect: the hooks stack up across runs.
+    It is reported when the target runs again (or a backward ends, or the
+    session ends) with two or more of them still registered."""
+
+    __slots__ = ("members", "suspect", "reported")
+
+    def __init__(self) -> None:
+        self.members: list[HookRecord] = []
+        self.suspect = False
+        self.reported = 0  # the count last reported, so that a steady leak is not rebuilt at every forward
 
 
 class ParamState:
@@ -184,7 +229,7 @@ class BackwardInfo:
     """What was known when a backward started: its roots and the parameters in its graph."""
 
     __slots__ = ("sessions", "thread", "caller", "site", "root_seq", "leaves", "accumulate", "task_id",
-                 "markers")
+                 "markers", "roots", "consumers")
 
     def __init__(self, sessions: list, caller: types.FrameType, accumulate: bool):
         self.sessions = sessions
@@ -197,6 +242,23 @@ class BackwardInfo:
         self.accumulate = accumulate
         self.task_id: int | None = None
         self.markers: list = []
+        self.roots: list = []  # the root nodes, until the backward ends (to explain its errors)
+        # RemovalWatch -> (sequence nr, name) of the earliest op in this graph that used its tensor
+        self.consumers: dict = {}
+
+
+class RemovalWatch:
+    """A tensor hook removed before it ever ran, until a gradient reaches its tensor (HKL301)."""
+
+    __slots__ = ("rec", "tensor_ref", "removal_site", "removal_seq", "thread", "handle", "__weakref__")
+
+    def __init__(self, rec: HookRecord, tensor: torch.Tensor, removal_site: Site):
+        self.rec = rec
+        self.tensor_ref = weakref.ref(tensor)
+        self.removal_site = removal_site
+        self.removal_seq = sequence_nr()  # every op that exists now has a smaller sequence number
+        self.thread = threading.get_ident()
+        self.handle: torch_hooks.RemovableHandle | None = None
 
 
 # -- the runtime ---------------------------------------------------------------
@@ -213,6 +275,9 @@ class Runtime:
         self.groups: dict[tuple, list[HookRecord]] = {}
         self.pending_302: list[HookRecord] = []
         self.repeated: set[tuple] = set()  # keys of groups that reached two live registrations
+        self.site_groups: dict[tuple, SiteGroup] = {}
+        self.suspects: set[SiteGroup] = set()
+        self.removal_watches: list[RemovalWatch] = []
         self.legacy_watched: weakref.WeakSet = weakref.WeakSet()
         self.params: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.tasks: dict[int, TaskState] = {}
@@ -230,6 +295,7 @@ class Runtime:
         with self.lock:
             if self.active == 0:
                 self._install()
+            enclosing = self.sessions_here()
             self.active += 1
             if session.all_threads:
                 self.global_sessions.append(session)
@@ -237,6 +303,18 @@ class Runtime:
             else:
                 self.tls.sessions.append(session)
                 session._stack = self.tls.sessions
+            if enclosing:
+                self._join(session, enclosing)
+
+    def _join(self, session, enclosing: list) -> None:
+        """A session started inside others watches, while it is active, the hooks
+        they watch: what those hooks do meanwhile is reported to it too.  The
+        hooks stay wrapped once."""
+        for rec in list(self.records.values()):
+            if rec.live and not rec.removed and session not in rec.sessions \
+                    and any(outer in rec.sessions for outer in enclosing):
+                rec.sessions.append(session)
+                session._records.append(rec)
 
     def detach(self, session) -> None:
         with self.lock:
@@ -244,7 +322,7 @@ class Runtime:
             if session in stack:
                 stack.remove(session)
             try:
-                self.check_repeated()
+                self.check_repeated(final=True)
             except Exception as exc:  # noqa: BLE001
                 self.internal_error([session], exc)
             for rec in session._records:
@@ -328,6 +406,9 @@ class Runtime:
         self.records.clear()
         self.groups.clear()
         self.repeated.clear()
+        self.site_groups.clear()
+        self.suspects.clear()
+        self.removal_watches.clear()
         self.legacy_watched = weakref.WeakSet()
         self.pending_302.clear()
         self.params = WeakIdKeyDictionary()
@@ -363,38 +444,92 @@ class Runtime:
             group.append(rec)
             if len(group) >= 2:
                 self.repeated.add(group_key)
+            self._join_site_group(rec, target)
             if next(self._registrations) % 1024 == 1023:
                 self._forget_dead_records()
 
-    def check_repeated(self) -> None:
-        """HKL304, judged when hooks run or a session ends rather than at
-        registration: a duplicate removed right away is not a leak."""
-        if not self.repeated:
+    def _join_site_group(self, rec: HookRecord, target: Any) -> None:
+        site = rec.site
+        key = (rec.kind, rec.is_global, id(target) if target is not None else 0, site.filename, site.line,
+               site.column, rec.code_key)
+        group = self.site_groups.get(key)
+        if group is None:
+            group = self.site_groups[key] = SiteGroup()
+        group.members[:] = [r for r in group.members if r.in_force() and r.target() is target]
+        if any(r.has_run() for r in group.members):
+            group.suspect = True
+            self.suspects.add(group)
+        group.members.append(rec)
+        rec.site_group = group
+
+    def confirm_site_group(self, group: SiteGroup) -> None:
+        """HKL304 for a suspect site group, when its target runs again, a backward
+        ends or the session ends: reported if two or more are still registered."""
+        with self.lock:
+            group.members[:] = [r for r in group.members if r.in_force()]
+            n = len(group.members)
+            if n < 2:
+                group.suspect = False
+                group.reported = 0
+                self.suspects.discard(group)
+                return
+            if n == group.reported:
+                return
+            group.reported = n
+            newest = group.members[-1]
+            self.emit(newest.sessions, observe.repeated_registration(list(group.members), across_runs=True))
+
+    def module_ran(self, hooks: Any) -> None:
+        """A module with these (wrapped) backward hooks ran its forward."""
+        for hook in hooks:
+            rec = getattr(hook, _WRAPPER_ATTR, None)
+            if rec is not None and rec.live:
+                rec.runs += 1
+                group = rec.site_group
+                if group is not None and group.suspect:
+                    try:
+                        self.confirm_site_group(group)
+                    except Exception as exc:  # noqa: BLE001
+                        self.internal_error(rec.sessions, exc)
+
+    def check_repeated(self, final: bool = False) -> None:
+        """HKL304, judged when a backward or a session ends (and, for hooks
+        registered again after their target ran, when the target runs again)
+        rather than at registration: a duplicate removed right away is not a
+        leak."""
+        if not self.repeated and not self.suspects:
             return
         with self.lock:
             for key in list(self.repeated):
                 group = self.groups.get(key, [])
-                group[:] = [r for r in group if not r.removed and r.live and
-                            (r.target_ref is None or r.target() is not None)]
+                group[:] = [r for r in group if r.in_force()]
                 if len(group) < 2:
                     self.repeated.discard(key)
                     continue
                 self.emit(group[-1].sessions, observe.repeated_registration(group))
+            for site_group in list(self.suspects):
+                if final:
+                    site_group.reported = 0  # said again, so that a session ending now hears it
+                self.confirm_site_group(site_group)
 
     def _watch_legacy_inputs(self, module: nn.Module | None) -> None:
-        """Note, on the autograd node a legacy backward hook binds to, the shapes of
-        the module inputs of that call (HKL102 compares them with `grad_input`).
-        A forward hook of hooklint's own does it: it sees the same `args` and
-        final `result` from which PyTorch picks that node."""
+        """Note, on the autograd node a legacy backward hook binds to, whether that
+        node's inputs are the module's inputs (HKL102).  A forward pre-hook of
+        hooklint's own notes the gradient edges of the module's inputs before
+        the forward (an in-place op in the forward moves them); a forward hook
+        compares them with the edges of the node PyTorch binds the hook to (it
+        sees the same final `result` from which PyTorch picks that node)."""
         key = module if module is not None else _GLOBAL
         if key in self.legacy_watched:
             return
         self.legacy_watched.add(key)
         if module is None:
-            handle = self.original("register_module_forward_hook", module_mod)(_record_legacy_inputs)
+            handles = [self.original("register_module_forward_pre_hook", module_mod)(_note_legacy_inputs),
+                       self.original("register_module_forward_hook", module_mod)(_record_legacy_inputs)]
         else:
-            handle = self.original("register_forward_hook", nn.Module)(module, _record_legacy_inputs)
-        self.helper_handles.append(handle)
+            handles = [self.original("register_forward_pre_hook", nn.Module)(module, _note_legacy_inputs),
+                       self.original("register_forward_hook", nn.Module)(module, _record_legacy_inputs)]
+        self.helper_handles.extend(handles)
 
     def _forget_dead_records(self) -> None:
         for handle_id, rec in list(self.records.items()):
@@ -403,6 +538,10 @@ class Runtime:
         for key, group in list(self.groups.items()):
             if all(r.removed or r.target_ref is not None and r.target() is None for r in group):
                 del self.groups[key]
+        for key, site_group in list(self.site_groups.items()):
+            if not any(r.in_force() for r in site_group.members):
+                del self.site_groups[key]
+                self.suspects.discard(site_group)
 
     def adopt(self, session, module: nn.Module | None, caller: types.FrameType | None) -> int:
         """Watch hooks registered before the session started: those of ``module`` and
@@ -433,7 +572,15 @@ class Runtime:
                         dicts.append((param, hooks_dict, kind, False))
         for target, hooks_dict, kind, is_global in dicts:
             for handle_id, hook in list(hooks_dict.items()):
-                if getattr(hook, _WRAPPER_ATTR, None) is not None or getattr(hook, _HELPER_ATTR, False):
+                known = getattr(hook, _WRAPPER_ATTR, None)
+                if known is not None:
+                    # wrapped already for another session (an outer one, `pytest --hooklint`): watch it too
+                    if known.live and session not in known.sessions:
+                        known.sessions.append(session)
+                        session._records.append(known)
+                        found.append(known)
+                    continue
+                if getattr(hook, _HELPER_ATTR, False):
                     continue
                 code = describe.hook_code(hook)
                 site = frames.code_site(code) if code is not None else (
@@ -454,29 +601,46 @@ class Runtime:
                 self._watch_removed_tensor_hook(rec, tensor, frames.site_of(caller))
 
     def _watch_removed_tensor_hook(self, rec: HookRecord, tensor: torch.Tensor, removal_site: Site) -> None:
-        """A tensor hook removed before it ever ran: if the next gradient that reaches
-        its tensor comes from a graph built before the removal, the hook was removed
-        before the backward it was registered for (HKL301)."""
-        removal_seq = sequence_nr()
-        removal_thread = threading.get_ident()
-        handles: list = []
+        """A tensor hook removed before it ever ran.  When a gradient next reaches
+        its tensor, the backward that brought it is checked: if it ran through
+        an op that used the tensor before the removal (wherever the loss was
+        built), the hook was removed before the backward it was registered for
+        (HKL301).  Every backward started meanwhile notes such ops
+        (`begin_backward`)."""
+        watch = RemovalWatch(rec, tensor, removal_site)
 
         @torch_hooks.unserializable_hook
         def removed_hook_watch(grad):
             try:
-                for handle in handles:
-                    handle.remove()
-                info = self.infos.get(current_task_id())
-                if (info is not None and info.thread == removal_thread and info.root_seq is not None
-                        and info.root_seq < removal_seq):
-                    self.emit(rec.sessions, observe.removed_before_backward(rec, removal_site, info.site))
+                self._removal_watch_fired(watch)
             except Exception as exc:  # noqa: BLE001 - never break the user's backward
                 self.internal_error(rec.sessions, exc)
 
         setattr(removed_hook_watch, _HELPER_ATTR, True)
-        handle = self.original_register_hook(tensor, removed_hook_watch)
-        handles.append(handle)
-        self.helper_handles.append(handle)
+        watch.handle = self.original_register_hook(tensor, removed_hook_watch)
+        self.helper_handles.append(watch.handle)
+        with self.lock:
+            self.removal_watches.append(watch)
+            if len(self.removal_watches) % 256 == 0:
+                # a loop that registers and removes hooks without ever running a backward: forget the
+                # watches whose tensors are gone, and their helpers' handles
+                self.removal_watches = [w for w in self.removal_watches if w.tensor_ref() is not None]
+                self.helper_handles = [h for h in self.helper_handles if h.hooks_dict_ref() is not None]
+
+    def _removal_watch_fired(self, watch: "RemovalWatch") -> None:
+        """A gradient reached a tensor whose hook was removed before it ever ran."""
+        with self.lock:
+            if watch in self.removal_watches:
+                self.removal_watches.remove(watch)
+        if watch.handle is not None:
+            watch.handle.remove()
+        info = self.infos.get(current_task_id())
+        if info is None or info.thread != watch.thread:
+            return  # sequence numbers are per thread: only a graph built in the removing thread is judged
+        consumer = info.consumers.get(watch)
+        if consumer is not None and consumer[0] < watch.removal_seq:
+            self.emit(watch.rec.sessions,
+                      observe.removed_before_backward(watch.rec, watch.removal_site, info.site, consumer[1]))
 
     # -- parameters -------------------------------------------------------------
     def param_state(self, param: torch.Tensor) -> ParamState:
@@ -528,10 +692,10 @@ class Runtime:
         if changed:
             self.emit(rec.sessions, observe.mutated_argument(rec, changed))
         if rec.kind is HookKind.BACKWARD_LEGACY and node is not None and rec.uses_grad_input:
-            obs = observe.legacy_grad_input(rec, module, node, grads[0], node.metadata.get(_META_INPUTS))
-            if obs is not None:
-                self.emit(rec.sessions, obs)
-        if failure is None and result is not None and rec.kind is not HookKind.BACKWARD_LEGACY:
+            binding = node.metadata.get(_META_INPUTS)
+            if binding is not None and binding.wrong:
+                self.emit(rec.sessions, observe.legacy_grad_input(rec, module, node, grads[0], binding))
+        if failure is None and result is not None:
             obs = observe.return_arity(rec, module, grads, result)
             if obs is not None:
                 self.emit(rec.sessions, obs)
@@ -553,12 +717,17 @@ class Runtime:
                 self.task(task_id).candidates.append(candidate)
 
     def after_post_accumulate(self, rec: HookRecord, param: torch.Tensor, version: int, call: HookCall,
-                              result: Any) -> None:
+                              result: Any, before: torch.Tensor | None) -> None:
         if result is not None:
             self.emit(rec.sessions, observe.post_accumulate_returned(rec, param, result))
-        if (param._version != version and isinstance(param, nn.Parameter) and id(param) not in call.accesses
-                and not observe.looks_like_parameter_update(rec.intent_names)):
+        if not isinstance(param, nn.Parameter) or id(param) in call.accesses:
+            return  # it read or wrote `.grad`: it knows its argument is the parameter
+        if not rec.gradient_named and observe.looks_like_parameter_update(rec.intent_names):
+            return  # optimizer in backward, weight clipping: the parameter is updated on purpose
+        if param._version != version:
             self.emit(rec.sessions, observe.post_accumulate_mutated(rec, param, version))
+        elif before is not None and not observe.same_values(param.detach(), before):
+            self.emit(rec.sessions, observe.post_accumulate_mutated(rec, param, version, through_data=True))
 
     # -- backward -------------------------------------------------------------
     def begin_backward(self, roots: Any, sessions: list, caller: types.FrameType, accumulate: bool,
@@ -568,7 +737,13 @@ class Runtime:
         if not nodes:
             return info
         info.root_seq = max(node._sequence_nr() for node in nodes)
-        info.leaves = _parameters_in_graph(nodes)
+        info.roots = nodes
+        if self.removal_watches:
+            leaf_watches, node_watches, keep = self._watched_edges()
+            info.leaves = _parameters_in_graph(nodes, leaf_watches, node_watches, info.consumers)
+            del keep
+        else:
+            info.leaves = _parameters_in_graph(nodes)
 
         def backward_started(grad_outputs):
             task_id = current_task_id()
@@ -581,10 +756,41 @@ class Runtime:
         info.markers = [node.register_prehook(backward_started) for node in nodes]
         return info
 
+    def _watched_edges(self) -> tuple[dict, dict, list]:
+        """The tensors of removal watches, as the walk of a backward graph meets them:
+        leaves by the variable of their AccumulateGrad node, others by their edge.
+        The third value holds the nodes whose ids are keys, while the walk runs."""
+        leaf_watches: dict[int, RemovalWatch] = {}
+        node_watches: dict[tuple[int, int], RemovalWatch] = {}
+        keep: list = []
+        with self.lock:
+            watches = list(self.removal_watches)
+        for watch in watches:
+            tensor = watch.tensor_ref()
+            if tensor is None:
+                with self.lock:
+                    if watch in self.removal_watches:
+                        self.removal_watches.remove(watch)
+                continue
+            node = tensor.grad_fn
+            if node is None:
+                leaf_watches[id(tensor)] = watch
+            else:
+                keep.append(node)
+                node_watches[(id(node), tensor.output_nr)] = watch
+        return leaf_watches, node_watches, keep
+
+    def backward_failed(self, info: BackwardInfo, exc: BaseException) -> None:
+        """PyTorch's errors that only the backward graph explains (HKL501)."""
+        obs = observe.function_gradient_count(exc, info.roots)
+        if obs is not None:
+            self.emit(info.sessions, obs)
+
     def end_backward(self, info: BackwardInfo, failed: bool) -> None:
         for handle in info.markers:
             handle.remove()
         info.markers = []
+        info.roots = []
         task_id = info.task_id
         try:
             if not failed:
@@ -598,6 +804,7 @@ class Runtime:
             if task_id is not None:
                 self.infos.pop(task_id, None)
             info.leaves = []
+            info.consumers = {}
             info.caller = None
 
     def _check_late_module_hooks(self, info: BackwardInfo, task_id: int) -> None:
@@ -658,10 +865,15 @@ class Runtime:
         current: BaseException | None = exc
         while current is not None and id(current) not in seen:
             seen.add(id(current))
-            if "of BackwardHookFunction is a view and is being modified inplace" in str(current):
-                for obs in observe.inplace_on_hooked_tensor(current, self, _META_MODULE):
+            text = str(current)
+            if "is a view and is being modified inplace" in text:
+                direct = "of BackwardHookFunction is a view" in text
+                found = False
+                for obs in observe.inplace_on_hooked_tensor(current, self, _META_MODULE, direct=direct):
                     self.emit(sessions, obs)
-                return
+                    found = True
+                if found or direct:
+                    return
             current = current.__cause__ or current.__context__
 
 
@@ -695,7 +907,77 @@ class _GlobalHooks:
 _GLOBAL = _GlobalHooks()
 
 
+class ModuleInput:
+    """One positional input of a module's forward, as the forward received it:
+    the edge autograd sends its gradient along (its `grad_fn` and output
+    number; for a leaf, its AccumulateGrad node, recognised by its variable)."""
+
+    __slots__ = ("shape", "needs_grad", "node", "output_nr", "leaf")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.shape = tuple(tensor.shape)
+        self.needs_grad = tensor.requires_grad
+        self.node = tensor.grad_fn
+        self.output_nr = tensor.output_nr
+        self.leaf = weakref.ref(tensor) if self.needs_grad and self.node is None else None
+
+    def is_edge(self, child: Any, input_nr: int) -> bool:
+        """Whether ``(child, input_nr)``, an entry of some node's `next_functions`, is this input."""
+        if not self.needs_grad or child is None:
+            return False
+        if self.leaf is not None:
+            return type(child) is _ACCUMULATE_GRAD and child.variable is self.leaf()
+        return child is self.node and input_nr == self.output_nr
+
+
+class LegacyBinding:
+    """Whether the node a legacy backward hook is bound to takes the module's
+    inputs as its inputs, in order (then `grad_input` is the inputs' gradient).
+    ``wrong`` lists the positions where it does not.
+
+    An input is taken as it was before the forward (an in-place op in the
+    forward, `nn.ReLU(inplace=True)`, moves the tensor's own edge onto the op)
+    or as the forward hooks see it (a forward pre-hook registered after
+    hooklint's may have replaced it)."""
+
+    __slots__ = ("inputs", "wrong")
+
+    def __init__(self, node: Any, inputs: list, seen_after: list):
+        self.inputs: list[ModuleInput | None] = inputs
+        edges = node.next_functions
+        self.wrong: list[int] = []
+        for i, item in enumerate(inputs):
+            if item is None:
+                continue  # not a tensor
+            edge = edges[i] if i < len(edges) else None
+            after = seen_after[i] if i < len(seen_after) else None
+            if not item.needs_grad and (after is None or not after.needs_grad):
+                if edge is not None and edge[0] is not None:
+                    self.wrong.append(i)  # the entry for an input that needs no gradient holds another one
+            elif edge is None or not (item.is_edge(*edge) or after is not None and after.is_edge(*edge)):
+                self.wrong.append(i)
+
+
+def _note_legacy_inputs(module: nn.Module, args: tuple) -> None:
+    if not torch.is_grad_enabled():
+        return
+    inputs = [ModuleInput(a) if isinstance(a, torch.Tensor) else None for a in args]
+    stack = RUNTIME.tls.legacy_inputs.setdefault(id(module), [])
+    if len(stack) >= 8:
+        del stack[0]  # forwards that raised left theirs behind
+    stack.append(inputs)
+
+
 def _record_legacy_inputs(module: nn.Module, args: tuple, result: Any) -> None:
+    tls = RUNTIME.tls
+    stack = tls.legacy_inputs.get(id(module))
+    inputs = stack.pop() if stack else None
+    if stack is not None and not stack:
+        del tls.legacy_inputs[id(module)]
+    if module._is_full_backward_hook is False:
+        RUNTIME.module_ran(module._backward_hooks.values())
+    if inputs is None or not any(item is not None for item in inputs):
+        return  # no tensor among the positional inputs: nothing to compare with
     var = result
     try:
         while not isinstance(var, torch.Tensor):
@@ -703,11 +985,11 @@ def _record_legacy_inputs(module: nn.Module, args: tuple, result: Any) -> None:
     except (IndexError, KeyError, TypeError, StopIteration):
         return  # PyTorch would not bind a legacy hook to anything either
     if var.grad_fn is not None:
-        var.grad_fn.metadata[_META_INPUTS] = [
-            (tuple(x.shape), x.requires_grad) if isinstance(x, torch.Tensor) else None for x in args
-        ]
+        seen_after = [ModuleInput(a) if isinstance(a, torch.Tensor) else None for a in args]
+        var.grad_fn.metadata[_META_INPUTS] = LegacyBinding(var.grad_fn, inputs, seen_after)
 
 
+setattr(_note_legacy_inputs, _HELPER_ATTR, True)
 setattr(_record_legacy_inputs, _HELPER_ATTR, True)
 
 
@@ -719,22 +1001,33 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _parameters_in_graph(roots: list) -> list[tuple[nn.Parameter, Any, int, int]]:
+def _parameters_in_graph(roots: list, leaf_watches: dict | None = None, node_watches: dict | None = None,
+                         consumers: dict | None = None) -> list[tuple[nn.Parameter, Any, int, int]]:
     """Every parameter whose AccumulateGrad node is reachable from ``roots``, with
     one node that consumes it, the slot, and the earliest sequence number among
     its consumers (when the forward used it).  Runs on every instrumented
-    backward, hence the plain loop."""
+    backward, hence the plain loop.
+
+    With watches (HKL301), also notes in ``consumers`` the earliest op of the
+    graph that used each watched tensor: a leaf by its AccumulateGrad's
+    variable, another tensor by its edge (id of its node, output number)."""
     seen = set(roots)
     stack = list(roots)
     found: dict[int, list] = {}
     accumulate_grad, parameter, plain_tensor = _ACCUMULATE_GRAD, nn.Parameter, torch.Tensor
+    watching = bool(leaf_watches or node_watches)
     while stack:
         node = stack.pop()
         slot = -1
-        for child, _input_nr in node.next_functions:
+        for child, input_nr in node.next_functions:
             slot += 1
             if child is None:
                 continue
+            if watching:
+                watch = leaf_watches.get(id(child.variable)) if type(child) is accumulate_grad \
+                    else node_watches.get((id(child), input_nr))
+                if watch is not None:
+                    _note_consumer(consumers, watch, node)
             if type(child) is accumulate_grad:
                 variable = child.variable
                 # isinstance on Parameter goes through a Python metaclass hook: skip plain tensors first
@@ -752,6 +1045,15 @@ def _parameters_in_graph(roots: list) -> list[tuple[nn.Parameter, Any, int, int]
     return [tuple(entry) for entry in found.values()]  # type: ignore[misc]
 
 
+def _note_consumer(consumers: dict | None, watch: Any, node: Any) -> None:
+    if consumers is None:
+        return
+    seq = node._sequence_nr()
+    known = consumers.get(watch)
+    if known is None or seq < known[0]:
+        consumers[watch] = (seq, node.name())
+
+
 class _Patches:
     """The replacement functions; each defers to the original it wraps."""
 
@@ -764,6 +1066,7 @@ class _Patches:
 
         @functools.wraps(original)
         def register(module, hook, *args, **kwargs):
+            __tracebackhide__ = True
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -785,6 +1088,7 @@ class _Patches:
 
         @functools.wraps(original)
         def register(hook, *args, **kwargs):
+            __tracebackhide__ = True
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -806,6 +1110,7 @@ class _Patches:
 
         @functools.wraps(original)
         def register(tensor, hook):
+            __tracebackhide__ = True
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -827,6 +1132,7 @@ class _Patches:
 
         @functools.wraps(original)
         def remove(handle):
+            __tracebackhide__ = True
             rec = rt.records.get(handle.id)
             if rec is not None and rec.dict_ref is not None and handle.hooks_dict_ref() is rec.dict_ref():
                 try:
@@ -845,6 +1151,7 @@ class _Patches:
 
         @functools.wraps(original)
         def entry(*args, **kwargs):
+            __tracebackhide__ = True
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1, skip=(_TENSOR_BACKWARD_CODE,)) if sessions else None
             if caller is None:
@@ -864,6 +1171,12 @@ class _Patches:
             try:
                 result = original(*args, **kwargs)
                 failed = False
+            except BaseException as exc:
+                try:
+                    rt.backward_failed(info, exc)
+                except Exception as inner:  # noqa: BLE001
+                    rt.internal_error(sessions, inner)
+                raise
             finally:
                 try:
                     rt.end_backward(info, failed)
@@ -876,11 +1189,26 @@ class _Patches:
     # -- facts PyTorch computes during the forward --------------------------------
     def tag_hooked_tensors(self, original: Callable, method: str) -> Callable:
         side = "input" if method == "setup_input_hook" else "output"
-        tls = self.rt.tls
+        rt, tls = self.rt, self.rt.tls
+        counts = side == "output"  # once per forward
 
         @functools.wraps(original)
         def setup(backward_hook, args):
+            __tracebackhide__ = True
             result = original(backward_hook, args)
+            if counts:  # the module's forward ran: count it for its backward hooks (HKL304), in a plain loop
+                for hook in backward_hook.user_hooks:
+                    rec = getattr(hook, _WRAPPER_ATTR, None)
+                    if rec is not None:
+                        rec.runs += 1
+                        group = rec.site_group
+                        if group is not None and group.suspect and rec.live:
+                            try:
+                                rt.confirm_site_group(group)
+                            except Exception as exc:  # noqa: BLE001
+                                rt.internal_error(rec.sessions, exc)
+                if backward_hook.user_pre_hooks:
+                    rt.module_ran(backward_hook.user_pre_hooks)
             items = result if isinstance(result, tuple) else (result,)
             for item in items:
                 node = getattr(item, "grad_fn", None) if isinstance(item, torch.Tensor) else None
@@ -921,6 +1249,7 @@ class _Patches:
 
         @functools.wraps(original)
         def warn(message, category=None, stacklevel=1, source=None, **kwargs):
+            __tracebackhide__ = True
             if isinstance(message, str) and message.startswith(_TORCH_HOOK_WARNINGS) and rt.active:
                 try:
                     rt.torch_warning(message, sys._getframe(1))
@@ -972,8 +1301,8 @@ def _attributed_stacklevel(stacklevel: int) -> int:
 def _wrap(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
     kind = rec.kind
     if kind in (HookKind.FORWARD, HookKind.FORWARD_PRE):
-        return hook  # registration facts are all that is needed from forward hooks
-    if kind is HookKind.TENSOR:
+        wrapper = _forward_wrapper(rt, rec, hook)
+    elif kind is HookKind.TENSOR:
         wrapper = _tensor_wrapper(rt, rec, hook)
     elif kind is HookKind.POST_ACCUMULATE:
         wrapper = _post_accumulate_wrapper(rt, rec, hook)
@@ -1002,8 +1331,32 @@ def _versions(grads: tuple) -> list[tuple[str, torch.Tensor, int]]:
     return out
 
 
+# Every wrapper sets `__tracebackhide__`: pytest then leaves its frame out of tracebacks, which go
+# from the user's call straight to the user's hook (`hooklint run` and `instrument()` drop it too).
+
+
+def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    """Counts the module's forwards while the hook is registered: a hook registered
+    again after its module ran, the earlier one still in place, stacks up (HKL304)."""
+
+    def hooklint_forward_hook(*args, **kwargs):
+        __tracebackhide__ = True
+        if rec.live:
+            rec.runs += 1
+            group = rec.site_group
+            if group is not None and group.suspect:
+                try:
+                    rt.confirm_site_group(group)
+                except Exception as exc:  # noqa: BLE001
+                    rt.internal_error(rec.sessions, exc)
+        return hook(*args, **kwargs)
+
+    return hooklint_forward_hook
+
+
 def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
     def hooklint_tensor_hook(grad):
+        __tracebackhide__ = True
         if not rec.live:
             return hook(grad)
         rec.fired += 1
@@ -1014,11 +1367,13 @@ def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
         except Exception as exc:
             _observe_failure(rt, rec, exc)
             raise
-        if version is not None and grad._version != version:
-            try:
+        try:
+            if version is not None and grad._version != version:
                 rt.emit(rec.sessions, observe.mutated_argument(rec, [("grad", version, grad._version)]))
-            except Exception as exc:  # noqa: BLE001
-                rt.internal_error(rec.sessions, exc)
+            if result is not None and not isinstance(result, torch.Tensor):
+                rt.emit(rec.sessions, observe.tensor_hook_return(rec, result))
+        except Exception as exc:  # noqa: BLE001
+            rt.internal_error(rec.sessions, exc)
         return result
 
     return hooklint_tensor_hook
@@ -1028,11 +1383,13 @@ def _post_accumulate_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Ca
     tls = rt.tls
 
     def hooklint_post_accumulate_hook(param):
+        __tracebackhide__ = True
         if not rec.live:
             return hook(param)
         rec.fired += 1
         rec.last_task = current_task_id()
         version = param._version
+        before = param.detach().clone() if rec.snapshot_data else None
         call = HookCall(rec, snapshot=False)  # only whether `.grad` is read matters here
         previous, tls.call = tls.call, call
         try:
@@ -1040,7 +1397,7 @@ def _post_accumulate_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Ca
         finally:
             tls.call = previous
         try:
-            rt.after_post_accumulate(rec, param, version, call, result)
+            rt.after_post_accumulate(rec, param, version, call, result, before)
         except Exception as exc:  # noqa: BLE001
             rt.internal_error(rec.sessions, exc)
         return result
@@ -1053,6 +1410,7 @@ def _module_backward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Ca
     legacy = rec.kind is HookKind.BACKWARD_LEGACY
 
     def hooklint_module_hook(module, *grads):
+        __tracebackhide__ = True
         if not rec.live:
             return hook(module, *grads)
         rec.fired += 1

@@ -68,6 +68,67 @@ def hook_key(fn: Any) -> tuple:
     return ("object", id(fn))
 
 
+def hook_code_key(fn: Any) -> Any:
+    """What the hook runs, without what it is bound to or closes over: the code
+    object of a function (of a bound method's function, of a partial's
+    function), else the callable's class.  A lambda created afresh on every call
+    of a function has one code key (HKL304 groups registrations by it)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if isinstance(code, types.CodeType):
+        return code
+    return type(fn)
+
+
+def argument_name(fn: Any, position: int) -> str | None:
+    """The name under which the hook receives its ``position``-th argument
+    (0-based, as PyTorch passes them), or None when it cannot be seen."""
+    bound = 0
+    while isinstance(fn, functools.partial):
+        bound += len(fn.args)
+        fn = fn.func
+    if inspect.ismethod(fn):
+        fn = fn.__func__
+        bound += 1
+    elif not isinstance(fn, types.FunctionType):
+        call = getattr(type(fn), "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            return None
+        fn, bound = call, bound + 1
+    code = fn.__code__
+    index = position + bound
+    if index >= code.co_argcount:
+        return None
+    return code.co_varnames[index]
+
+
+_GRADIENT_NAMES = {"grad", "grads", "g", "gradient", "gradients", "d_p", "dp", "grad_p", "p_grad"}
+
+
+def names_a_gradient(name: str | None) -> bool:
+    """``grad``, ``g``, ``gradient``, ``weight_grad``, ``grad_w``: the name says the
+    author takes the value for a gradient."""
+    if not name:
+        return False
+    name = name.lower().lstrip("_")
+    return name in _GRADIENT_NAMES or name.startswith("grad_") or name.endswith(("_grad", "_grads"))
+
+
+def attribute_names(fn: Any) -> set[str]:
+    """Attribute and global names the hook's code (and code nested in it) uses
+    (``.grad``, ``.data``), without its local variable names."""
+    code = hook_code(fn)
+    names: set[str] = set()
+    stack = [code] if code is not None else []
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
 def reads_parameter(fn: Any, position: int) -> bool | None:
     """Whether the hook's code ever loads its ``position``-th argument (0-based, as
     PyTorch passes them).  None when that cannot be seen (builtins, ``*args``)."""

@@ -9,6 +9,7 @@ import os
 import sys
 import types
 from dataclasses import dataclass
+from typing import Callable
 
 from hooklint.findings import Location, Related
 
@@ -130,3 +131,38 @@ def code_site(code: types.CodeType) -> Site:
         text = linecache.getline(code.co_filename, line)
     column = text.find("def ") + 1 if "def " in text else 1
     return Site(code.co_filename, line, column)
+
+
+def drop_frames(exc: BaseException, drop: "Callable[[types.TracebackType], bool]") -> None:
+    """Unlink from the tracebacks of ``exc`` and of the exceptions chained to it
+    the entries ``drop`` selects (in place: an exception on its way up keeps
+    the shorter traceback).  A traceback with nothing else is left whole."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = []
+        tb = current.__traceback__
+        while tb is not None:
+            if not drop(tb):
+                kept.append(tb)
+            tb = tb.tb_next
+        if kept:
+            for entry, following in zip(kept, kept[1:]):
+                entry.tb_next = following
+            kept[-1].tb_next = None
+            current.__traceback__ = kept[0]
+        pending.extend((current.__cause__, current.__context__))
+
+
+def is_hooklint_entry(tb: types.TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(_HOOKLINT_DIR)
+
+
+def drop_hooklint_frames(exc: BaseException) -> None:
+    """What the user sees of an exception that went through hooklint's wrappers:
+    their frames and the user's, as without hooklint."""
+    drop_frames(exc, is_hooklint_entry)

@@ -7,6 +7,7 @@ that is wrong; ``expected``/``observed`` are what the assertion helpers print.
 from __future__ import annotations
 
 import inspect
+import re
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -19,7 +20,7 @@ from hooklint.runtime.observation import Observation
 from hooklint.static.hooks import HookKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hooklint.runtime.core import BackwardInfo, GradAccess, HookRecord, ParamState, Runtime
+    from hooklint.runtime.core import BackwardInfo, GradAccess, HookRecord, LegacyBinding, ParamState, Runtime
 
 _PARAM_HOOK_HELP = (
     "Edit the gradient from a hook on the parameter itself: `param.register_hook(lambda g: ...)` runs before "
@@ -29,7 +30,9 @@ _PARAM_HOOK_HELP = (
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word[:-1]}ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else f"{n} {word}s"
 
 
 def _shapes(values: list) -> str:
@@ -40,12 +43,26 @@ def _shapes(values: list) -> str:
 # -- HKL304 --------------------------------------------------------------------
 
 
-def repeated_registration(group: list["HookRecord"]) -> Observation:
+def repeated_registration(group: list["HookRecord"], across_runs: bool = False) -> Observation:
+    """HKL304: ``group`` are live registrations on one target, either of the
+    same hook (same code and closure contents, from any line), or, with
+    ``across_runs``, of the same code from one line, registered again after the
+    target ran while the earlier ones were still in place."""
     newest = group[-1]
     n = len(group)
     when = "forward" if newest.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
     sites = {(r.site.filename, r.site.line) for r in group}
     origin = " from the same line (a loop, or a function called repeatedly)" if len(sites) == 1 else ""
+    distinct = len({r.key for r in group}) > 1
+    again = ""
+    if across_runs:
+        ran = "had run" if newest.kind.is_module_backward or newest.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) \
+            else "had received a gradient"
+        origin = " from the same line"
+        again = (f": it was registered again after the {newest.subject_noun} {ran}, with the earlier "
+                 f"registrations still in place")
+    kind_of_copies = (" (each registration made a new closure or bound object: distinct hooks doing the same "
+                      "thing)") if distinct else ""
     related = []
     listed = {(newest.site.filename, newest.site.line)}
     for rec in group[:-1]:
@@ -53,20 +70,21 @@ def repeated_registration(group: list["HookRecord"]) -> Observation:
         if where not in listed:
             listed.add(where)
             related.append(rec.site.related("also registered here"))
-    target = newest.target()
     return Observation(
         code="HKL304",
-        key=("HKL304", newest.kind, newest.is_global, id(target) if target is not None else 0, newest.key),
+        key=("HKL304", newest.site, newest.kind.value, newest.name),
         site=newest.site,
-        message=f"{newest.what()} is registered {n} times on {newest.target_text()}{origin} and never removed: "
-        f"it now runs {n} times in every {when}",
+        message=f"{newest.what()} is registered {n} times on {newest.target_text()}{origin} and never removed"
+        f"{again}{kind_of_copies}; it now runs {n} times in every {when}",
         help="Register the hook once (outside the loop or the repeated call), or keep its handle and call "
-        "`handle.remove()` before registering it again.",
+        "`handle.remove()` before registering it again (a `try`/`finally` around the forward and backward).",
         expected="one live registration of the hook on its target",
-        observed=f"{n} live registrations of the same hook on the same target",
+        observed=f"{n} live registrations of the same hook{' code' if distinct else ''} on the same target",
         related=tuple(related),
         count=n,
         counts_itself=True,
+        subject=newest.target_text(),
+        subject_noun=newest.subject_noun,
     )
 
 
@@ -76,16 +94,19 @@ def repeated_registration(group: list["HookRecord"]) -> Observation:
 def mutated_argument(rec: "HookRecord", changed: list[tuple[str, int, int]]) -> Observation:
     label, before, after = changed[0]
     more = f" (and {_plural(len(changed) - 1, 'other gradient')})" if len(changed) > 1 else ""
+    target = rec.target_text()
     return Observation(
         code="HKL401",
-        key=("HKL401", id(rec)),
+        key=("HKL401", rec.site, rec.name, "in place"),
         site=rec.site,
-        message=f"{rec.what()} on {rec.target_text()} modified its gradient argument `{label}` in place{more} "
+        message=f"{rec.what()} on {target} modified its gradient argument `{label}` in place{more} "
         f"(its version counter went from {before} to {after})",
         help="Return a new tensor instead (`return grad * 2`): autograd can hand the same gradient buffer to "
         "other edges of the graph, so an in-place edit may change other tensors' gradients too.",
         expected="the hook leaves its gradient argument unchanged and returns a new tensor",
         observed=f"`{label}` was modified in place",
+        subject=target,
+        subject_noun=rec.subject_noun,
     )
 
 
@@ -97,65 +118,141 @@ def failed_inplace_edit(rec: "HookRecord", exc: BaseException) -> Observation | 
     if not isinstance(exc, RuntimeError) or _EXPANDED_WRITE not in text:
         return None
     first_line = text.splitlines()[0] if text else type(exc).__name__
+    target = rec.target_text()
     return Observation(
         code="HKL401",
-        key=("HKL401", id(rec)),
+        key=("HKL401", rec.site, rec.name, "refused"),
         site=rec.site,
-        message=f"{rec.what()} on {rec.target_text()} tried to modify its gradient argument in place and PyTorch "
+        message=f"{rec.what()} on {target} tried to modify its gradient argument in place and PyTorch "
         f"refused (`RuntimeError: {first_line}`): the gradient it received is an expanded view",
         help="Return a new tensor instead (`return grad * 2`); a hook must not modify its argument.",
         expected="the hook returns a new gradient",
         observed="an in-place write into an expanded gradient raised RuntimeError",
+        subject=target,
+        subject_noun=rec.subject_noun,
     )
 
 
 # -- HKL102, HKL101 --------------------------------------------------------------
 
 
-def legacy_grad_input(rec: "HookRecord", module: nn.Module, node: Any, grad_input: tuple,
-                      module_inputs: list | None) -> Observation | None:
-    if module_inputs is None or not isinstance(grad_input, tuple):
-        return None
-    got = [None if g is None else tuple(g.shape) for g in grad_input]
-    mismatch = len(got) < len(module_inputs)
-    for i, item in enumerate(module_inputs):
-        if item is None or i >= len(got):
-            continue
-        shape, requires_grad = item
-        if got[i] != shape and (requires_grad or got[i] is not None):
-            mismatch = True
-    if not mismatch:
-        return None  # the leading entries are the module's own inputs (a single-op module)
-    expected = [item[0] if item is not None else None for item in module_inputs]
+def legacy_grad_input(rec: "HookRecord", module: nn.Module, node: Any, grad_input: Any,
+                      binding: "LegacyBinding") -> Observation:
+    """HKL102 from the autograd graph: the node the legacy hook is bound to does not
+    take the module's inputs as its inputs, so `grad_input` is not their
+    gradient, whatever its shapes."""
+    got = [None if g is None else tuple(g.shape) for g in grad_input] if isinstance(grad_input, tuple) else []
+    expected = [item.shape if item is not None else None for item in binding.inputs]
     node_name = node.name()
+    module_text = describe.describe_module(module, rec.roots)
+    chain = _ops_from_inputs(node, binding)
+    where = ", the last autograd op of the module's forward"
+    if len(chain) > 1:
+        where += f" (from the module's input: {_chain_text(chain)})"
+    if any(item is not None and item.node is node for item in binding.inputs):
+        where = (", the op that produced the module's input: the forward returned its input unchanged, so it "
+                 "ran no op of its own to bind to")
+    i = binding.wrong[0]
+    entry = _grad_input_entry(node, i, module, rec)
+    item = binding.inputs[i]
+    if item is not None and not item.needs_grad:
+        wanted = f"the module's input {i} needs no gradient (its entry would be None)"
+    else:
+        wanted = f"not the gradient of the module's input {i}" if len(expected) > 1 else \
+            "not the gradient of the module's input"
+    shapes = ""
+    if i < len(got) and item is not None and got[i] == item.shape:
+        shapes = f" (the shapes are the same, {_shapes([item.shape])[1:-1]}: only the values differ)"
+    elif got:
+        shapes = f" (`grad_input` shapes {_shapes(got)}, module input shapes {_shapes(expected)})"
+    more = ""
+    if len(binding.wrong) > 1:
+        more = f"; {_plural(len(binding.wrong) - 1, 'other entry')} of `grad_input` too"
     return Observation(
         code="HKL102",
-        key=("HKL102", id(rec)),
+        key=("HKL102", rec.site, rec.name),
         site=rec.site,
-        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} uses `grad_input`, but it is bound "
-        f"to `{node_name}`, the last autograd op of the module's forward: `grad_input` held "
-        f"{_plural(len(got), 'gradient')} with shapes {_shapes(got)}, while the module's "
-        f"{_plural(len(expected), 'input')} {'has' if len(expected) == 1 else 'have'} shapes {_shapes(expected)}",
+        message=f"{rec.what()} on {module_text} uses `grad_input`, but it is bound to `{node_name}`{where}: "
+        f"{entry}, {wanted}{shapes}{more}",
         help="Register it with `register_full_backward_hook`, whose `grad_input` has one entry per module input; "
         "or hook the tensor you mean with `tensor.register_hook`.",
-        expected=f"grad_input shapes {_shapes(expected)} (the module's inputs)",
-        observed=f"grad_input shapes {_shapes(got)} (the inputs of `{node_name}`)",
+        expected=f"grad_input[{i}] is the gradient of the module's input {i}",
+        observed=f"{entry} (`{node_name}` is bound; its inputs are not the module's inputs)",
+        subject=module_text,
+        subject_noun="module",
     )
+
+
+_MAX_WALK = 512  # autograd nodes visited to name the ops between a module's input and its output
+
+
+def _ops_from_inputs(node: Any, binding: "LegacyBinding") -> list[str]:
+    """The names of the autograd ops from the module's inputs to ``node``, in
+    forward order, along the shortest path; [] when no input is reached (it
+    needs no gradient, or the module is too large to walk)."""
+    inputs = [item for item in binding.inputs if item is not None and item.needs_grad]
+    if not inputs:
+        return []
+    parents: dict[int, Any] = {id(node): None}
+    nodes = {id(node): node}
+    queue = [node]
+    head = 0
+    while head < len(queue) and len(nodes) < _MAX_WALK:
+        current = queue[head]
+        head += 1
+        for child, nr in current.next_functions:
+            if child is None:
+                continue
+            if any(item.is_edge(child, nr) for item in inputs):
+                path = [current.name()]
+                back = parents[id(current)]
+                while back is not None:
+                    path.append(back.name())
+                    back = parents[id(back)]
+                return path
+            if id(child) not in nodes:
+                nodes[id(child)] = child
+                parents[id(child)] = current
+                queue.append(child)
+    return []
+
+
+def _chain_text(chain: list[str]) -> str:
+    names = [f"`{name}`" for name in chain]
+    if len(names) > 6:
+        names = names[:2] + [f"{len(names) - 4} more"] + names[-2:]
+    return " -> ".join(names)
+
+
+def _grad_input_entry(node: Any, i: int, module: nn.Module, rec: "HookRecord") -> str:
+    edges = node.next_functions
+    if i >= len(edges):
+        return f"`grad_input` has {_plural(len(edges), 'entry')}, none for the module's input {i}"
+    child = edges[i][0]
+    if child is None:
+        return f"`grad_input[{i}]` is None"
+    variable = getattr(child, "variable", None)
+    if isinstance(variable, torch.Tensor):
+        return f"`grad_input[{i}]` is the gradient of {describe.describe_parameter(variable, module, rec.roots)}"
+    return f"`grad_input[{i}]` is the gradient of the output of `{child.name()}`"
 
 
 def legacy_warning(rec: "HookRecord", module: nn.Module, grad_fn: Any, message: str) -> Observation:
     torch_text = message.split(" Please use")[0].strip()
     bound = f", bound to `{grad_fn.name()}`," if grad_fn is not None else ""
+    module_text = describe.describe_module(module, rec.roots)
     return Observation(
         code="HKL101",
-        key=("HKL101", id(rec)),
+        key=("HKL101", rec.site, rec.name),
         site=rec.site,
-        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} is a legacy backward hook{bound} "
+        message=f"{rec.what()} on {module_text} is a legacy backward hook{bound} "
         f"and PyTorch warned at run time: \"{torch_text}\"",
         help="Use `register_full_backward_hook` (same signature): its grad_input and grad_output are the "
         "gradients of the module's real inputs and outputs.",
         expected="a full backward hook, which sees the module's real inputs",
         observed="a legacy backward hook on a module whose forward runs several autograd ops",
+        subject=module_text,
+        subject_noun="module",
     )
 
 
@@ -163,8 +260,12 @@ def legacy_warning(rec: "HookRecord", module: nn.Module, grad_fn: Any, message: 
 
 
 def return_arity(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any) -> Observation | None:
+    """HKL402 for a module backward hook's return value, which PyTorch uses as a
+    replacement: a full hook's as `grad_input`, a pre-hook's as `grad_output`, a
+    legacy hook's as the gradients of the inputs of the node it is bound to."""
     expected_group = grads[0]
-    what = "grad_input" if rec.kind is HookKind.FULL_BACKWARD else "grad_output"
+    legacy = rec.kind is HookKind.BACKWARD_LEGACY
+    what = "grad_input" if rec.kind in (HookKind.FULL_BACKWARD, HookKind.BACKWARD_LEGACY) else "grad_output"
     if not isinstance(expected_group, tuple):
         return None
     n = len(expected_group)
@@ -172,18 +273,45 @@ def return_arity(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any
         observed = "a Tensor"
     elif isinstance(result, (tuple, list)) and len(result) != n:
         observed = f"{_plural(len(result), 'value')}"
+    elif legacy and isinstance(result, list):
+        observed = "a list"  # the node's hook machinery takes a tuple only
+    elif not isinstance(result, (tuple, list)):
+        observed = f"a `{type(result).__name__}`"
     else:
         return None
+    if legacy:
+        shape = f"a tuple of {_plural(n, 'entry')}, one per input of the autograd node it is bound to"
+    else:
+        per = f"one per module {'input' if what == 'grad_input' else 'output'}"
+        shape = f"a tuple of {_plural(n, 'entry')} ({per})"
+    module_text = describe.describe_module(module, rec.roots)
     return Observation(
         code="HKL402",
-        key=("HKL402", id(rec)),
+        key=("HKL402", rec.site, rec.name),
         site=rec.site,
-        message=f"{rec.what()} on {describe.describe_module(module, rec.roots)} returned {observed}, but a "
-        f"replacement `{what}` must be a tuple of {_plural(n, 'entry')} (one per module "
-        f"{'input' if what == 'grad_input' else 'output'})",
+        message=f"{rec.what()} on {module_text} returned {observed}, but a replacement `{what}` must be {shape}",
         help=f"Return None, or a tuple as long as `{what}` with None where a gradient is unchanged.",
         expected=f"None or a tuple of {n}",
         observed=observed,
+        subject=module_text,
+        subject_noun="module",
+    )
+
+
+def tensor_hook_return(rec: "HookRecord", result: Any) -> Observation:
+    target = rec.target_text()
+    return Observation(
+        code="HKL402",
+        key=("HKL402", rec.site, rec.name),
+        site=rec.site,
+        message=f"{rec.what()} on {target} returned a `{type(result).__name__}`; a tensor hook returns None or "
+        f"one Tensor, the replacement gradient (PyTorch raises `TypeError: expected Variable, but hook returned "
+        f"'{type(result).__name__}'`)",
+        help="Return the new gradient as one tensor (`return grad * 2`), or None to keep it.",
+        expected="None or a Tensor",
+        observed=f"a {type(result).__name__}",
+        subject=target,
+        subject_noun=rec.subject_noun,
     )
 
 
@@ -256,8 +384,8 @@ class GradEditCandidate:
     def _observation(self, message: str, observed: str) -> Observation:
         return Observation(
             code="HKL201",
-            # one finding per hook, parameter and situation (None, stale; read, edited)
-            key=("HKL201", id(self.rec), self.param_text, self.access.was_none, self.wrote),
+            # one finding per hook and situation (None, stale; read, edited), listing the parameters
+            key=("HKL201", self.rec.site, self.rec.name, self.access.was_none, self.wrote, self.on_outputs),
             site=self.rec.site,
             message=message,
             help=_PARAM_HOOK_HELP,
@@ -265,6 +393,8 @@ class GradEditCandidate:
             f"what the hook writes is what it holds after backward",
             observed=observed,
             related=(self.access.site.related("`.grad` accessed here"),),
+            subject=self.param_text,
+            subject_noun="parameter",
         )
 
     def conclude(self, task_id: int) -> Observation | None:
@@ -328,31 +458,40 @@ def looks_like_parameter_update(names: frozenset[str] | set[str]) -> bool:
 
 
 def post_accumulate_returned(rec: "HookRecord", param: torch.Tensor, result: Any) -> Observation:
+    target = rec.target_text()
     return Observation(
         code="HKL203",
-        key=("HKL203", id(rec), "return"),
+        key=("HKL203", rec.site, rec.name, "return"),
         site=rec.site,
-        message=f"{rec.what()} on {rec.target_text()} returned a `{type(result).__name__}`; a post-accumulate-grad "
+        message=f"{rec.what()} on {target} returned a `{type(result).__name__}`; a post-accumulate-grad "
         f"hook must return None (PyTorch raises `RuntimeError: Tensor post accumulate grad hooks should return "
         f"None.`)",
         help="Edit `param.grad` in place and return nothing; a post-accumulate-grad hook cannot replace the "
         "gradient.",
         expected="the hook returns None",
         observed=f"it returned a {type(result).__name__}",
+        subject=target,
+        subject_noun=rec.subject_noun,
     )
 
 
-def post_accumulate_mutated(rec: "HookRecord", param: torch.Tensor, version: int) -> Observation:
+def post_accumulate_mutated(rec: "HookRecord", param: torch.Tensor, version: int,
+                            through_data: bool = False) -> Observation:
+    target = rec.target_text()
+    how = "through `.data`" if through_data else f"version {version} -> {param._version}"
+    named = f"; it names its argument `{rec.gradient_named}`, but" if rec.gradient_named else ":"
     return Observation(
         code="HKL203",
-        key=("HKL203", id(rec), "mutate"),
+        key=("HKL203", rec.site, rec.name, "mutate"),
         site=rec.site,
-        message=f"{rec.what()} modified its argument in place (the parameter {rec.target_text()} itself: version "
-        f"{version} -> {param._version}) without reading `.grad`: the argument of a post-accumulate-grad hook is "
-        f"the parameter, not its gradient",
-        help="Edit `param.grad` instead (`param.grad.mul_(0.5)`), and return nothing.",
+        message=f"{rec.what()} modified its argument in place (the parameter {target} itself, {how}) "
+        f"without reading `.grad`{named} the argument of a post-accumulate-grad hook is the parameter, not its "
+        f"gradient: the weights changed and the gradient did not",
+        help="Edit `param.grad` instead (`param.grad.mul_(0.5)`, `param.grad.clamp_(-1, 1)`), and return nothing.",
         expected="the hook edits `param.grad`",
         observed="the hook modified the parameter's values",
+        subject=target,
+        subject_noun=rec.subject_noun,
     )
 
 
@@ -360,11 +499,14 @@ def post_accumulate_mutated(rec: "HookRecord", param: torch.Tensor, version: int
 
 
 def registered_after_forward(rec: "HookRecord", backward_site: Site) -> Observation:
+    target = rec.target_text()
     return Observation(
         code="HKL302",
-        key=("HKL302", id(rec)),
+        key=("HKL302", rec.site, rec.name),
         site=rec.site,
-        message=f"{rec.what()} was registered on {rec.target_text()} after the forward whose backward then ran "
+        subject=target,
+        subject_noun=rec.subject_noun,
+        message=f"{rec.what()} was registered on {target} after the forward whose backward then ran "
         f"without it: module backward hooks are attached when the module runs, so it did not run in the backward "
         f"at {backward_site}",
         help="Register module backward hooks before the forward (before `output = model(input)`); they only "
@@ -375,14 +517,18 @@ def registered_after_forward(rec: "HookRecord", backward_site: Site) -> Observat
     )
 
 
-def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site: Site) -> Observation:
+def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site: Site,
+                            consumer: str) -> Observation:
+    target = rec.target_text()
     return Observation(
         code="HKL301",
-        key=("HKL301", id(rec)),
+        key=("HKL301", removal_site, rec.site, rec.name),
         site=removal_site,
-        message=f"{rec.what()} on {rec.target_text()} was removed before it ever ran; the backward at "
-        f"{backward_site} then computed that tensor's gradient, from a graph built before the removal, without "
-        f"running it",
+        subject=target,
+        subject_noun=rec.subject_noun,
+        message=f"{rec.what()} on {target} was removed before it ever ran; the backward at "
+        f"{backward_site} then computed that tensor's gradient through `{consumer}`, an op that used the tensor "
+        f"before the removal, without running the hook",
         help="Call `handle.remove()` after the `backward()` the hook is meant for: tensor hooks are looked up "
         "when backward runs, not when the graph is built.",
         expected="the hook runs in the backward it was registered for",
@@ -431,7 +577,9 @@ def parameters_without_grad(info: "BackwardInfo") -> Iterator[Observation]:
                          f"guards each one.")
         yield Observation(
             code="HKL503",
-            key=("HKL503", param_text, node_name, site.filename, site.line),
+            key=("HKL503", site, why),
+            subject=param_text,
+            subject_noun="parameter",
             site=site,
             message=f"{param_text} requires grad and the forward used it (it is an input of `{node_name}`), but "
             f"after the backward at {info.site} its `.grad` is still None{why}",
@@ -467,25 +615,129 @@ def _argument_name(function: Any, position: int | None) -> str | None:
     return param.name if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD) else None
 
 
+# -- HKL501 (PyTorch's error on a custom Function's gradient count) ------------------------------
+
+_GRADIENT_COUNT = re.compile(r"function (\w+) returned an incorrect number of gradients \(expected (\d+), got (\d+)\)")
+
+
+def function_gradient_count(exc: BaseException, roots: list) -> Observation | None:
+    """``function ScaleBackward returned an incorrect number of gradients
+    (expected 2, got 1)``: the custom Function is found in the backward graph by
+    its node's name, and the finding points at its ``backward``."""
+    match = _GRADIENT_COUNT.search(str(exc))
+    if match is None or not roots:
+        return None
+    node_name, expected, got = match.group(1), int(match.group(2)), int(match.group(3))
+    function = _find_function(roots, node_name)
+    code = getattr(getattr(function, "backward", None), "__code__", None)
+    if code is None or frames.is_internal(code.co_filename):
+        return None
+    site = frames.code_site(code)
+    fn_name = function.__qualname__
+    inputs = _forward_inputs(function)
+    named = f" ({', '.join(f'`{p}`' for p in inputs)})" if inputs and len(inputs) == expected else ""
+    return Observation(
+        code="HKL501",
+        key=("HKL501", site),
+        site=site,
+        message=f"`{fn_name}.backward` returned {_plural(got, 'gradient')}, but `{fn_name}.apply` received "
+        f"{_plural(expected, 'input')}{named}: PyTorch raised `RuntimeError: function {node_name} returned an "
+        f"incorrect number of gradients (expected {expected}, got {got})` in the backward",
+        help=f"Return one value per input of `{fn_name}.apply`, in order, with None for the inputs that need no "
+        f"gradient (numbers, flags, tensors that do not require grad).",
+        expected=f"{expected} values returned by `{fn_name}.backward`",
+        observed=f"{got} values",
+    )
+
+
+def _forward_inputs(function: Any) -> list[str]:
+    """The names of ``forward``'s inputs (without ``ctx`` unless the Function uses
+    ``setup_context``); [] for ``*args``."""
+    try:
+        params = list(inspect.signature(function.forward).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    uses_setup_context = getattr(function, "setup_context", None) is not getattr(
+        torch.autograd.Function, "setup_context", None)
+    if not uses_setup_context:
+        params = params[1:]
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return []
+    return [p.name for p in params]
+
+
+def _find_function(roots: list, node_name: str) -> Any:
+    """The custom Function class whose backward node is named ``node_name``, met
+    first on a walk of the graph from ``roots``."""
+    visited = list(roots)  # held, so that the ids in `seen` stay theirs
+    seen = {id(node) for node in roots}
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        function = getattr(node, "_forward_cls", None)
+        if function is not None and node.name() == node_name:
+            return function
+        for child, _nr in node.next_functions:
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                visited.append(child)
+                stack.append(child)
+    return None
+
+
 # -- HKL403 (PyTorch's in-place error) ---------------------------------------------
 
 
-def inplace_on_hooked_tensor(exc: BaseException, rt: "Runtime", meta_key: str) -> Iterator[Observation]:
+def _hooked_module_of(value: Any, meta_key: str, view_op: str | None = None) -> tuple | None:
+    """(module, side) when ``value`` is a tensor a module's full backward hooks
+    wrapped, or, with ``view_op``, a view of one made by that op
+    (`output[:, :1]`, "Slice")."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    node = value.grad_fn
+    is_view = value._is_view()
+    if view_op is not None and (node is None or not is_view or not node.name().startswith(view_op)):
+        return None
+    for _ in range(8):
+        if node is None:
+            return None
+        if node.name() == "BackwardHookFunctionBackward":
+            tagged = node.metadata.get(meta_key)
+            if tagged is not None and tagged[0]() is not None:
+                return tagged[0](), tagged[1]
+            return None
+        if not is_view or not node.next_functions:
+            return None
+        node = node.next_functions[0][0]  # a view op's first input is its base
+    return None
+
+
+def inplace_on_hooked_tensor(exc: BaseException, rt: "Runtime", meta_key: str,
+                             direct: bool = True) -> Iterator[Observation]:
+    """PyTorch's "Output 0 of BackwardHookFunction is a view and is being modified
+    inplace" (``direct``), or the same for a view of such an output ("Output 0
+    of Slice is a view ..."), mapped to the full backward hooks of the module."""
     tb = exc.__traceback__
     where: Site | None = None
     module = side = None
+    view_op = None
+    if not direct:
+        match = re.search(r"Output \d+ of (\w+) is a view", str(exc))
+        if match is None:
+            return
+        view_op = match.group(1)
     while tb is not None:
         frame = tb.tb_frame
         if not frames.is_internal(frame.f_code.co_filename):
             where = Site(frame.f_code.co_filename, tb.tb_lineno)
         for value in list(frame.f_locals.values()):
-            node = value.grad_fn if isinstance(value, torch.Tensor) else None
-            if node is not None and node.name() == "BackwardHookFunctionBackward":
-                tagged = node.metadata.get(meta_key)
-                if tagged is not None and tagged[0]() is not None:
-                    module, side = tagged[0](), tagged[1]
+            found = _hooked_module_of(value, meta_key, view_op)
+            if found is not None:
+                module, side = found
         tb = tb.tb_next
     guess = ""
+    if module is None and not direct:
+        return  # a view of some other custom Function's output: not a hook's doing
     if module is None:
         # the tensor was a temporary (`torch.relu_(conv(x))`): fall back on the
         # last hooked module that ran in this thread, and say so
@@ -498,11 +750,14 @@ def inplace_on_hooked_tensor(exc: BaseException, rt: "Runtime", meta_key: str) -
     torch_text = str(exc).split(". ")[0]
     for rec in rt._records_of(module, HookKind.FULL_BACKWARD):
         at = f" at {where}" if where is not None else ""
+        target = rec.target_text()
         yield Observation(
             code="HKL403",
-            key=("HKL403", id(rec)),
+            key=("HKL403", rec.site, rec.name),
             site=rec.site,
-            message=f"{rec.what()} is registered on {rec.target_text()}, and the module's {side} was then "
+            subject=target,
+            subject_noun="module",
+            message=f"{rec.what()} is registered on {target}, and the module's {side} was then "
             f"modified in place{at}, which PyTorch rejects: `RuntimeError: {torch_text}`{guess}",
             help="Do not modify a hooked module's output (or input) in place: use `nn.ReLU(inplace=False)` after "
             "it, write `x = x + y` instead of `x += y`, or clone the tensor first.",

@@ -98,9 +98,9 @@ def _is_runner_frame(tb: TracebackType) -> bool:
 
 
 def _print_exception(exc: BaseException) -> None:
-    tb = exc.__traceback__
-    while tb is not None and _is_runner_frame(tb):
-        tb = tb.tb_next
-    # as Python prints it: from the script's first frame (the display reads
-    # `__traceback__`, so the runner's frames are dropped there too)
-    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+    # as Python prints it: from the script's first frame, without hooklint's
+    # (the runner's at the top, the wrappers between a backward and a hook)
+    from hooklint.runtime.frames import drop_frames
+
+    drop_frames(exc, _is_runner_frame)
+    sys.excepthook(type(exc), exc, exc.__traceback__)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import traceback
 from typing import Iterable
@@ -72,6 +73,9 @@ class Session:
         try:
             if exc is not None:
                 self.observe_exception(exc)
+                from hooklint.runtime.frames import drop_hooklint_frames
+
+                drop_hooklint_frames(exc)  # the traceback goes from the user's call to the user's hook
         finally:
             self.stop()
 
@@ -93,7 +97,7 @@ class Session:
         if self.active:
             from hooklint.runtime.core import RUNTIME
 
-            RUNTIME.check_repeated()
+            RUNTIME.check_repeated(final=True)
 
     def observe_exception(self, exc: BaseException) -> None:
         """Map PyTorch's hook errors in ``exc`` (and its chain) to findings."""
@@ -118,7 +122,7 @@ class Session:
             if obs.code not in self.codes or _suppressed(obs):
                 continue
             kept.append(obs)
-        return sorted(kept, key=lambda o: (o.site.path, o.site.line, o.site.column, o.code, o.message))
+        return sorted(kept, key=lambda o: (o.site.path, o.site.line, o.site.column, o.code, o.full_message))
 
     @property
     def findings(self) -> list[Finding]:
@@ -133,16 +137,23 @@ class Session:
     def report(self) -> Report:
         return Report(findings=self.findings, notices=self.notices)
 
+    def merge(self, observations: Iterable[Observation]) -> None:
+        """Fold in observations made elsewhere (another process, another rank):
+        the same problem at the same site is one finding, whose subjects and
+        counts add up.  Observations are plain values (they pickle); their keys
+        name code, source position and situation, never object identities."""
+        for obs in observations:
+            self._observe(obs)
+
     # -- called by the runtime -----------------------------------------------------
     def _observe(self, obs: Observation) -> None:
         with self._lock:
             known = self._observations.get(obs.key)
             if known is None:
-                self._observations[obs.key] = obs
-            elif obs.counts_itself:
-                self._observations[obs.key] = obs  # the newest count and sites
+                # a copy: the same observation goes to every session watching, and folding changes it
+                self._observations[obs.key] = dataclasses.replace(obs, others=dict(obs.others))
             else:
-                known.count += 1
+                known.merge(obs)
 
     def _internal_error(self, exc: BaseException) -> None:
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []

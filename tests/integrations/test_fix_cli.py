@@ -13,18 +13,20 @@ from hooklint.findings import Applicability
 from hooklint.fix.apply import fix_text
 from hooklint.rules import all_rules
 
-# HKL101, safe: the hook reads only grad_output and returns nothing
-SAFE_101 = """\
-import torch.nn as nn
+# HKL401, safe: a tensor hook edits its gradient in place; the fix returns a new one
+SAFE_401 = """\
+import torch
 
-def log(module, grad_input, grad_output):
-    print(grad_output[0].norm())
+def scale(grad):
+    grad *= 2
 
-layer = nn.Linear(4, 2)
-layer.register_backward_hook(log)
+x = torch.ones(4, requires_grad=True)
+x.register_hook(scale)
 """
 
-# HKL101, unsafe: the hook returns a replacement for grad_input
+SAFE_401_FIXED = SAFE_401.replace("    grad *= 2\n", "    grad = grad * 2\n    return grad\n")
+
+# HKL101, unsafe: the hook returns a replacement for grad_input (the rename)
 UNSAFE_101 = """\
 import torch.nn as nn
 
@@ -59,7 +61,7 @@ def user_files(project):
 
 @pytest.fixture
 def project(tmp_path):
-    (tmp_path / "safe.py").write_text(SAFE_101)
+    (tmp_path / "safe.py").write_text(SAFE_401)
     (tmp_path / "unsafe.py").write_text(UNSAFE_101)
     (tmp_path / "clean.py").write_text(CLEAN)
     return tmp_path
@@ -73,12 +75,16 @@ class TestDiff:
         assert r.stdout == (
             "--- safe.py\n"
             "+++ safe.py\n"
-            "@@ -4,4 +4,4 @@\n"
-            "     print(grad_output[0].norm())\n"
+            "@@ -1,7 +1,8 @@\n"
+            " import torch\n"
             " \n"
-            " layer = nn.Linear(4, 2)\n"
-            "-layer.register_backward_hook(log)\n"
-            "+layer.register_full_backward_hook(log)\n"
+            " def scale(grad):\n"
+            "-    grad *= 2\n"
+            "+    grad = grad * 2\n"
+            "+    return grad\n"
+            " \n"
+            " x = torch.ones(4, requires_grad=True)\n"
+            " x.register_hook(scale)\n"
         )
         assert "Would fix 1 finding in 1 file. 1 more with `--unsafe-fixes`." in r.stderr
         assert user_files(project) == before
@@ -87,7 +93,7 @@ class TestDiff:
         r = check(project, "--diff", "--unsafe-fixes", "--show-fixes", ".")
         assert r.returncode == 1
         assert "--- unsafe.py" in r.stdout and "+layer.register_full_backward_hook(scale)" in r.stdout
-        assert "Would fix 2 findings:\n- safe.py:\n    1 \u00d7 HKL101 (legacy-backward-hook)\n- unsafe.py:" \
+        assert "Would fix 2 findings:\n- safe.py:\n    1 \u00d7 HKL401 (hook-mutates-argument)\n- unsafe.py:" \
             in r.stderr
 
     def test_nothing_to_fix_exits_0(self, project):
@@ -102,8 +108,7 @@ class TestFix:
         unsafe_before = stamp(project / "unsafe.py")
         r = check(project, "--fix", "--output-format", "concise", ".")
         assert r.returncode == 1, r.stderr  # the unsafe finding remains
-        assert (project / "safe.py").read_text() == SAFE_101.replace("register_backward_hook",
-                                                                       "register_full_backward_hook")
+        assert (project / "safe.py").read_text() == SAFE_401_FIXED
         assert r.stdout.startswith("unsafe.py:7:7: HKL101 [-]")
         assert "safe.py:" not in r.stdout.replace("unsafe.py:", "")
         assert "Fixed 1 finding." in r.stderr
@@ -123,23 +128,23 @@ class TestFix:
 
     def test_crlf_file_stays_crlf(self, tmp_path):
         path = tmp_path / "crlf.py"
-        path.write_bytes(SAFE_101.replace("\n", "\r\n").encode())
+        path.write_bytes(SAFE_401.replace("\n", "\r\n").encode())
         r = check(tmp_path, "--fix", "crlf.py")
         assert r.returncode == 0, r.stdout + r.stderr
         data = path.read_bytes()
-        assert b"register_full_backward_hook(log)\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")
+        assert b"    return grad\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")
 
     def test_noqa_finding_is_not_fixed(self, tmp_path):
         path = tmp_path / "a.py"
-        path.write_text(SAFE_101.replace("(log)\n", "(log)  # noqa: HKL101\n"))
+        path.write_text(SAFE_401.replace("    grad *= 2\n", "    grad *= 2  # noqa: HKL401\n"))
         before = stamp(path)
         r = check(tmp_path, "--fix", "a.py")
         assert r.returncode == 0 and stamp(path) == before
 
     def test_per_file_ignore_holds_between_rounds(self, tmp_path):
-        (tmp_path / "pyproject.toml").write_text('[tool.hooklint]\nper-file-ignores = {"a.py" = ["HKL101"]}\n')
+        (tmp_path / "pyproject.toml").write_text('[tool.hooklint]\nper-file-ignores = {"a.py" = ["HKL401"]}\n')
         path = tmp_path / "a.py"
-        path.write_text(SAFE_101)
+        path.write_text(SAFE_401)
         before = stamp(path)
         r = run_cli("check", "--static-only", "--fix", "a.py", cwd=tmp_path)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -255,3 +260,12 @@ class TestRuleFixes:
         r = check(tmp_path, "--fix", "--unsafe-fixes", "f.py")
         assert r.returncode == 1 and "HKL201" in r.stdout
         assert stamp(path) == before
+
+
+def test_usage_docs_show_the_helper_hkl101_writes():
+    from pathlib import Path
+
+    from hooklint.static.output_grad_hook import helper_source
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert "```python\n" + helper_source() + "\n\nhandle = " in usage

@@ -1,0 +1,232 @@
+"""`hooklint check --fix --verify` and `--diff --verify`: each fix proven on the
+model the graph layer builds before it is applied (hooklint.fix.verify).
+
+A fix that passes its proof is applied and says so; one that fails is not
+applied and the output says why, in one line (and the fixed script, applied
+without --verify, does crash the same way); one that cannot be proven is not
+applied unless it is safe by construction; proofs are bounded by the timeout
+and cached.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import run_cli
+from hooklint.findings import Applicability
+from hooklint.graph.facts import FileFacts, ModelFacts, ModuleFacts, Op, TensorSpec
+
+MODEL = '''\
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = nn.Linear(4, 8)
+        self.layer2 = nn.Linear(8, 2)
+
+    def forward(self, x):
+        y = self.relu(self.conv(x)).mean((2, 3))
+        return self.layer2(torch.tanh(self.layer1(y)))
+
+
+grads = []
+
+
+def save(module, grad_input, grad_output):
+    grads.append(grad_output[0])
+
+
+def backward_hook(module, gin, gout):  # seed 001: a hook written for nn.Linear's legacy grad_input
+    gin0, gin1, gin2 = gin
+    return gin0, gin1 * 2, gin2 * 3
+
+
+def slow(module, grad_input, grad_output):
+    time.sleep(600)
+
+
+net = Net()
+'''
+
+PASSES = MODEL + "net.conv.register_backward_hook(save)\n"
+FAILS = MODEL + "net.layer1.register_backward_hook(backward_hook)\n"
+BOTH = MODEL + "net.conv.register_backward_hook(save)\nnet.layer1.register_backward_hook(backward_hook)\n"
+RUN = '''
+if __name__ == "__main__":
+    net(torch.randn(2, 3, 8, 8, requires_grad=True)).sum().backward()
+    print("ran", len(grads))
+'''
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+
+def hooklint(cwd, *args, **kw):
+    return run_cli("check", "--select", "HKL101,HKL401", *args, cwd=cwd, timeout=300, **kw)
+
+
+def run_script(path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(path)], cwd=path.parent, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def write(tmp_path):
+    def make(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+
+    return make
+
+
+def test_a_fix_that_passes_its_proof_is_applied(write):
+    path = write("cam.py", PASSES + RUN)
+    r = hooklint(path.parent, "--fix", "--verify", "cam.py")
+    assert "Fixed 1 finding." in r.stderr, r.stderr
+    assert ("cam.py: HKL101 fix at 37:10 verified: the fixed code runs a forward and backward of Net() on "
+            "float32[2, 3, 32, 32], and `save` receives the gradient of its output on `conv` (Conv2d)") in r.stderr
+    assert "net.conv.register_forward_hook(output_grad_hook(save))" in path.read_text()
+    ran = run_script(path)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ran 1", ran.stderr
+
+
+def test_a_fix_that_fails_its_proof_is_not_applied(write):
+    pytest.importorskip("torch")
+    path = write("seed.py", FAILS + RUN)
+    r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "seed.py")
+    assert r.returncode == 1 and path.read_text() == FAILS + RUN
+    assert ("seed.py: HKL101 fix at 37:12 not applied: its proof failed: `backward_hook` raises with the fixed "
+            "registration: ValueError: not enough values to unpack (expected 3, got 1)") in r.stderr, r.stderr
+    assert "Fixed" not in r.stderr
+    # the script runs as written, and the unproven fix breaks it as the proof said
+    assert run_script(path).returncode == 0
+    hooklint(path.parent, "--fix", "--unsafe-fixes", "seed.py")
+    assert "net.layer1.register_full_backward_hook(backward_hook)" in path.read_text()
+    broken = run_script(path)
+    assert broken.returncode != 0 and "ValueError: not enough values to unpack (expected 3, got 1)" in broken.stderr
+
+
+def test_diff_verify_shows_only_the_fixes_that_pass(write):
+    path = write("both.py", BOTH)
+    r = hooklint(path.parent, "--diff", "--unsafe-fixes", "--verify", "both.py")
+    assert r.returncode == 1
+    assert "+net.conv.register_forward_hook(output_grad_hook(save))" in r.stdout
+    assert "-net.layer1.register_backward_hook(backward_hook)" not in r.stdout
+    assert "HKL101 fix at 37:10 verified:" in r.stderr
+    assert "HKL101 fix at 38:12 not applied: its proof failed:" in r.stderr
+    assert "Would fix 1 finding in 1 file." in r.stderr
+    assert path.read_text() == BOTH
+
+
+GRADCAM_CLASS = MODEL + '''
+class GradCAM:
+    def __init__(self, model, target_layer):
+        self.gradients = None
+        target_layer.register_backward_hook(self.save_gradient)
+
+    def save_gradient(self, module, grad_input, grad_output):
+        self.gradients = grad_output[0]
+
+
+def halve(grad):
+    grad *= 0.5
+'''
+
+
+def test_unverified_fixes_apply_only_when_safe_by_construction(write):
+    path = write("cam.py", GRADCAM_CLASS + "\nnet.conv.weight.register_hook(halve)\n")
+    r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "cam.py")
+    text = path.read_text()
+    # HKL101 on a module the graph cannot name: no proof, and not safe by construction
+    assert "target_layer.register_backward_hook(self.save_gradient)" in text
+    assert ("HKL101 fix at 41:22 not applied: unverified (no model the graph analysis built contains "
+            "`target_layer`); without --verify, --fix --unsafe-fixes applies it") in r.stderr, r.stderr
+    # HKL401's rewrite of a tensor hook does not depend on a model: applied, and said so
+    assert "    grad = grad * 0.5\n    return grad\n" in text
+    assert "HKL401 fix at 48:5 applied without a proof (the rewritten tensor hook is not tied to a module); " \
+           "it is safe by construction" in r.stderr
+    assert "Fixed 1 finding." in r.stderr
+
+
+def test_a_proof_is_bounded_by_the_timeout(write):
+    path = write("slow.py", MODEL + "net.conv.register_backward_hook(slow)\n")
+    r = hooklint(path.parent, "--diff", "--verify", "--timeout", "20", "slow.py")
+    assert r.stdout == "" and "No fixes to apply." in r.stderr
+    assert "HKL101 fix at 37:10 not applied: unverified (the proof timed out after 20 s while proving the " \
+           "HKL101 fix at 37:10: the original registration)" in r.stderr, r.stderr
+
+
+def test_verdicts_are_cached(write, tmp_path):
+    path = write("cam.py", PASSES)
+    first = hooklint(path.parent, "--diff", "--verify", "cam.py")
+    assert "HKL101 fix at 37:10 verified" in first.stderr, first.stderr
+    # a torch that cannot be imported: graph facts and verdicts can only come from the cache
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("raise ImportError('no torch in this test')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+    second = hooklint(path.parent, "--diff", "--verify", "cam.py", env=env)
+    assert first.stdout == second.stdout and "HKL101 fix at 37:10 verified" in second.stderr, second.stderr
+    third = hooklint(path.parent, "--diff", "--verify", "--no-cache", "cam.py", env=env)
+    assert "verified" not in third.stderr and third.stdout == ""
+
+
+@pytest.mark.parametrize("args", [["--verify"], ["--fix", "--verify", "--static-only"]])
+def test_usage_errors(write, args):
+    path = write("cam.py", PASSES)
+    r = hooklint(path.parent, *args, "cam.py")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--verify" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# -- the plan of a proof, without torch ---------------------------------------------------------
+
+def test_plan_of_the_output_hook_fix():
+    from hooklint.fix.verify import plan_fix
+    from hooklint.static.checker import check_text
+    from hooklint.static.context import FileContext
+
+    text = textwrap.dedent('''\
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            pass
+
+        def save(module, grad_input, grad_output):
+            print(grad_output[0])
+
+        net = Net()
+        handle = net.features[0].register_backward_hook(save)
+    ''')
+    relu = Op("ReluBackward0 (in place)", "features.1")
+    conv = ModuleFacts(path="features.0", class_name="Conv2d", class_qualname="torch.nn.Conv2d", calls=1,
+                       output_needs_grad=True, output_inplace=relu)
+    facts = FileFacts("a.py", models=[ModelFacts("Net", None, None, "Net()", call_line=9,
+                                                 inputs=(TensorSpec("float32", (2, 3, 8, 8)),),
+                                                 modules=(ModuleFacts("", "Net", "a.Net", calls=1), conv))])
+    [finding] = check_text("a.py", text, frozenset({"HKL101"}), graph=facts).findings
+    assert finding.fix.applicability is Applicability.SAFE  # the graph shows the in-place ReLU
+    tree = ast.parse(text)
+    ctx = FileContext("a.py", text, tree, graph=facts)
+    [proof] = plan_fix(ctx, text, finding)
+    assert proof["original_call"] == "__hooklint_module__.register_backward_hook(__hooklint_hook__)"
+    assert proof["fixed_call"] == "__hooklint_module__.register_forward_hook(output_grad_hook(__hooklint_hook__))"
+    assert proof["helper"].startswith("def output_grad_hook(hook):")
+    assert proof["paths"] == ["features.0"] and proof["model"]["source"] == "Net()"
+    assert proof["rows"] == [10, 10] and proof["fixed_rows"][0] == proof["fixed_rows"][1] > 10
+    assert proof["hook_text"] == "save" and not proof["reads_grad_input"]
+    fixed_lines = proof["fixed_text"].splitlines()
+    assert fixed_lines[proof["fixed_rows"][0] - 1] == \
+        "handle = net.features[0].register_forward_hook(output_grad_hook(save))"
