@@ -441,7 +441,7 @@ def test_a_module_passed_to_a_grad_cam_class_or_a_helper_is_linked(tmp_path):
     findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
     hkl102 = _by_code(findings, "HKL102")
     assert [(f["location"]["row"], f["origin"]) for f in hkl102] == [(21, "graph")]
-    assert "on `target_layer` (Sequential, module `features` of Net) it binds to ReluBackward0" in hkl102[0]["message"]
+    assert "(Sequential, module `features` of Net) it binds to ReluBackward0" in hkl102[0]["message"]
     # a call the graph cannot follow: the helper's finding stays static
     (tmp_path / "cam.py").write_text(GRADCAM_CLASS + "attach(nn.Sequential(nn.Linear(2, 2), nn.Tanh()))\n")
     findings, _, _ = _check_json(tmp_path, "cam.py", extra=("--no-cache",))
