@@ -344,7 +344,7 @@ class _Planner:
         local_names = {c.name for c in classes}
         out = []
         for stmt in self.tree.body:
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) or isinstance(stmt, ast.AsyncFunctionDef):
+            if not isinstance(stmt, ast.FunctionDef):  # (an async factory cannot be called plainly)
                 continue
             if stmt.name not in self.sanitized.kept_names or _required_arguments(stmt.args):
                 continue

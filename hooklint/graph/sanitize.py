@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import sys
 from dataclasses import dataclass, field
 
 # Calls that build a value and do nothing else; by qualified name.  Their
