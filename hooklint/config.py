@@ -46,6 +46,8 @@ class Config:
     cache: bool = True
     cache_dir: str = ".hooklint_cache"
     memory_limit: int = 4096  # MiB of address space for the worker that imports models
+    # folders put on the worker's sys.path (relative to `root`), as PYTHONPATH would
+    pythonpath: list[str] = field(default_factory=list)
     # the Python whose syntax is valid ("py312"); None: the running Python's
     target_version: str | None = None
     # where the config file lives; relative paths in it are relative to this
@@ -231,6 +233,13 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{where}: `memory-limit` must be a whole number of MiB (0: no limit)")
             cfg.memory_limit = value
+        elif key == "pythonpath":
+            folders = _as_list(value, key, where)
+            for folder in folders:
+                if not (root / folder).is_dir():
+                    raise ConfigError(f"{where}: `pythonpath` entry `{folder}` is not a folder "
+                                      f"(relative to {root})")
+            cfg.pythonpath = folders
         elif key == "cache-dir":
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: `cache-dir` must be a string")

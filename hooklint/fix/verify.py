@@ -339,7 +339,8 @@ class Prover:
         worker = self._worker()
         if worker is None:
             return Verdict("unverified", f"the proof worker could not start ({self.fatal})")
-        request = {"path": os.path.abspath(path), "root": str(self.config.root), "proofs": [{**proof, "id": 0}]}
+        request = {"path": os.path.abspath(path), "root": str(self.config.root), "proofs": [{**proof, "id": 0}],
+                   "pythonpath": list(getattr(self.config, "pythonpath", []))}
         reply = worker.request(request, self.timeout)
         if reply.status == "timeout":
             during = f" while {reply.stage}" if reply.stage else ""

@@ -153,7 +153,7 @@ def fixed_definitions(session, text: str, guard) -> Definitions:
     from hooklint.graph.plan import plan_for
 
     tree = ast.parse(text, str(session.path))
-    plan = plan_for(tree)
+    plan = plan_for(tree, getattr(session, "context", None))  # the project's imports, as for the original
     name = session.unique_name + "fixed__"
     module = types.ModuleType(name)
     module.__file__ = str(session.path)
@@ -172,26 +172,15 @@ def build_model(definitions: Definitions, spec: dict[str, Any], guard) -> Any:
     import torch
     from torch import nn
 
-    from hooklint.graph.build import run_factory
+    from hooklint.graph.build import rebuild_model
 
     torch.manual_seed(0)
     source = spec["source"]
-    with guard.running_user_code():
-        if source.startswith("factory "):
-            return run_factory(source[len("factory "):], guard).model
-        if spec.get("call_line") is not None:
-            calls = [c for c in definitions.plan.calls if c.class_name == spec["class_name"]]
-            call = next((c for c in calls if c.text == source), None) or \
-                next((c for c in calls if c.line == spec["call_line"]), None)
-            if call is None:
-                raise ProofError(f"the constructor call `{source}` is not in the file any more")
-            value = eval(compile(ast.Expression(call.node), definitions.namespace["__file__"], "eval"),  # noqa: S307
-                         definitions.namespace)
-        else:
-            cls = definitions.namespace.get(spec["class_name"])
-            if not isinstance(cls, type):
-                raise ProofError(f"class {spec['class_name']} is not defined")
-            value = cls()
+    try:
+        with guard.running_user_code():
+            value = rebuild_model(definitions.namespace, definitions.plan, spec, definitions.namespace["__file__"])
+    except LookupError as exc:
+        raise ProofError(str(exc)) from None
     if not isinstance(value, nn.Module):
         raise ProofError(f"`{source}` did not build an nn.Module")
     return value
@@ -587,10 +576,11 @@ def _helper_probe(namespace: dict[str, Any], proof: dict[str, Any], filename: st
 # ---------------------------------------------------------------- the worker loop
 
 
-def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage) -> dict[str, Any]:
+def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage,
+                pythonpath: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     from hooklint.graph.build import exec_definitions, file_session, user_error
 
-    with file_session(Path(path), Path(root)) as session:
+    with file_session(Path(path), Path(root), pythonpath) as session:
         try:
             with guard.running_user_code():
                 exec_definitions(session)
@@ -643,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in requests:
         request = json.loads(line)
         try:
-            reply = verify_file(request["path"], request["root"], request["proofs"], guard, stage)
+            reply = verify_file(request["path"], request["root"], request["proofs"], guard, stage,
+                                request.get("pythonpath", []))
         except Exception as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
             from hooklint.graph.trace import one_line
 

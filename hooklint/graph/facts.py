@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-FACTS_VERSION = 1
+FACTS_VERSION = 2
 
 Shape = tuple[int, ...]
 
@@ -255,6 +255,7 @@ class Unanalysed:
     class_name: str
     line: int | None
     reason: str
+    kind: str = ""  # "timeout": it was stopped after the time budget (an error, not an info)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -3,7 +3,9 @@
 Rules call :func:`modules_for` with the receiver of ``register_*_hook``
 (``net.fc3``, ``self.f1``, ``conv``, the parameter of a function passed to
 ``net.apply``) and get every ``(model, module)`` pair of ``ctx.graph`` that
-expression can denote.  An empty list means "not known": rules then fall back
+expression can denote: also ``net.layer4`` when ``net = Net(10)`` builds a
+class imported from another file of the project (the model the analysis of
+this file built from that call).  An empty list means "not known": rules then fall back
 to their static behaviour.  No torch here: this runs in the static process.
 """
 
@@ -75,7 +77,69 @@ def _roots(ctx: "FileContext", facts: FileFacts, base: ast.AST, value: ModuleVal
     return []
 
 
-def modules_for(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
+def _built_here(ctx: "FileContext", facts: FileFacts, base: ast.AST) -> list[tuple[ModelFacts, str]]:
+    """``net`` after ``net = Net(10)`` with ``Net`` imported from another file of
+    the project (the static pass cannot see its class): the model this file's
+    analysis built from that very call."""
+    call = base
+    if isinstance(base, ast.Name) and hasattr(base, "_hl_scope"):
+        bindings = ctx.model.bindings_at(base)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return []
+        call = bindings[0].value
+    if not isinstance(call, ast.Call):
+        return []
+    here = os.path.realpath(ctx.path)
+    return [(m, "") for m in facts.models if m.call_line == call.lineno and m.origin_file is not None
+            and os.path.realpath(m.origin_file) == here]
+
+
+_PARAMETER_DEPTH = 3
+
+
+def _arguments_for(ctx: "FileContext", name: ast.Name) -> list[ast.expr] | None:
+    """``target_layer`` inside ``GradCam.__init__(self, model, target_layer)``: the
+    expression every call in this file passes for it (``GradCam(net, net.features)``),
+    or None when the name is not a parameter or a call passes something else
+    (``*args``, nothing, a default)."""
+    if not hasattr(name, "_hl_scope"):
+        return None
+    bindings = ctx.model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return None
+    function = bindings[0].scope.node
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+    if name.id not in positional and name.id not in [a.arg for a in function.args.kwonlyargs]:
+        return None
+    owner = getattr(function, "_hl_parent", None)
+    if isinstance(owner, ast.ClassDef):
+        if function.name != "__init__" or any(isinstance(d, ast.Name) and d.id == "staticmethod"
+                                              for d in function.decorator_list):
+            return None
+        callee, offset = owner.name, 1  # `GradCam(...)` calls __init__ with `self` first
+    elif isinstance(owner, ast.Module):
+        callee, offset = function.name, 0
+    else:
+        return None
+    calls = ctx.model.name_calls.get(callee, [])
+    if not calls:
+        return None
+    out = []
+    for call in calls:
+        found = next((k.value for k in call.keywords if k.arg == name.id), None)
+        if found is None and name.id in positional:
+            index = positional.index(name.id) - offset
+            if 0 <= index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+                found = call.args[index]
+        if found is None:
+            return None
+        out.append(found)
+    return out
+
+
+def modules_for(ctx: "FileContext", receiver: ast.AST | None, _depth: int = 0) -> list[Pair]:
     """Every (model, module) the receiver of a hook registration can be."""
     facts = graph_facts(ctx)
     if facts is None or receiver is None:
@@ -85,15 +149,43 @@ def modules_for(ctx: "FileContext", receiver: ast.AST | None) -> list[Pair]:
         return []
     base, parts = split
     value = ctx.inference.infer(base)
-    if not isinstance(value, ModuleValue):
-        return []
+    if not isinstance(value, ModuleValue) or (value.class_name is None and value.applied_from is None):
+        built = _pairs(_built_here(ctx, facts, base), parts)
+        if built or not isinstance(base, ast.Name) or _depth >= _PARAMETER_DEPTH:
+            return built
+        # a module passed in: what every call in this file passes, when each one is known
+        arguments = _arguments_for(ctx, base)
+        if not arguments:
+            return []
+        out: list[Pair] = []
+        for argument in arguments:
+            pairs = modules_for(ctx, _extended(argument, parts), _depth + 1)
+            if not pairs:
+                return []
+            out += [p for p in pairs if p not in out]
+        return out
     if value.applied_from is not None:  # `net.apply(fn)`: fn's argument is every module of net
         out: list[Pair] = []
         for model, root in modules_for(ctx, value.applied_from):
             out.extend((model, m) for m in model.modules if _under(root.path, m.path))
         return out
+    return _pairs(_roots(ctx, facts, base, value), parts)
+
+
+def _extended(expr: ast.expr, parts: list[str]) -> ast.expr:
+    """``net.features`` + ["0", "conv"] -> ``net.features[0].conv`` (for the lookup only)."""
+    out = expr
+    for part in parts:
+        if part.isdigit():
+            out = ast.Subscript(value=out, slice=ast.Constant(int(part)), ctx=ast.Load())
+        else:
+            out = ast.Attribute(value=out, attr=part, ctx=ast.Load())
+    return out
+
+
+def _pairs(roots: list[tuple[ModelFacts, str]], parts: list[str]) -> list[Pair]:
     pairs = []
-    for model, prefix in _roots(ctx, facts, base, value):
+    for model, prefix in roots:
         module = model.module(_join(prefix, parts))
         if module is not None:
             pairs.append((model, module))

@@ -1,18 +1,28 @@
 """Which files the graph layer imports, and what it builds from them.
 
 Decided from the static pass alone (no torch, no user code): a file is
-imported only when it defines ``nn.Module`` subclasses at its top level, or
-registers a module hook on a built-in layer it constructs with literal
-arguments (``conv = nn.Conv2d(3, 1, 3)``).  Files without either are never
-imported.
+imported when it defines ``nn.Module`` subclasses at its top level, registers
+a module hook on a built-in layer it constructs with literal arguments
+(``conv = nn.Conv2d(3, 1, 3)``), builds a module class of the project it
+imports (``net = Net(10)`` after ``from models import Net``) where hooks are
+involved, or has a pytest fixture returning a model.
 
 For an imported file, the instances to build are, in this order:
 
 1. constructor calls the file itself makes with literal arguments
    (``MyNet()``, ``Conv2d(3, 1, 3)``, ``LinearCraft(20, 5, np.array([1, 3, 5]))``),
    wherever they are (in the ``__main__`` block too), except inside class
-   bodies, where they are parts of a bigger model;
-2. the no-argument constructor of every module class not built by step 1.
+   bodies, where they are parts of a bigger model.  A name is literal when the
+   kept definitions bind it, or when its only assignment in the scope of the
+   call has a literal value (``n = 10`` then ``Net(n)`` in the ``__main__``
+   block); ``args.width`` after ``args = parser.parse_args()`` is the
+   ``default=`` of ``add_argument("--width", ...)``;
+2. the no-argument constructor of every module class not built by step 1;
+3. factories: functions of the file with no required argument that return a
+   module class of the file (``def resnet18(**kw): return ResNet(...)``), for
+   classes steps 1 and 2 did not build, and pytest fixtures returning a model;
+4. (worker) a constructor whose required arguments are annotated with a class
+   that needs no argument (``def __init__(self, cfg: NetConfig)``).
 
 Factories from ``[tool.hooklint] models`` are handled by the worker.
 """
@@ -22,8 +32,10 @@ from __future__ import annotations
 import ast
 import builtins
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from hooklint.graph.sanitize import Sanitized, definitions_only, import_aliases, qualified_name
+from hooklint.graph.sanitize import Sanitized, definitions_only
 from hooklint.static.semantic import SemanticModel, is_torch_module_class
 
 # Calls that build an array from literals, accepted inside constructor arguments.
@@ -37,7 +49,9 @@ ARRAY_CALLS = frozenset(
     for name in names
 )
 MAX_CALLS_PER_CLASS = 4
+MAX_FACTORIES = 6
 _BUILTINS = frozenset(dir(builtins))
+_INLINE_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -48,10 +62,19 @@ class ClassCandidate:
 
 @dataclass(frozen=True)
 class ConstructorCall:
-    node: ast.Call
+    node: ast.Call  # what to evaluate: the call, with inlined names replaced by their literal values
     text: str
     line: int
-    class_name: str
+    class_name: str  # the class (or factory) called
+    kind: str = "local"  # "local" class of the file, "torch" layer, "imported" class of the project
+
+
+@dataclass(frozen=True)
+class FactoryCandidate:
+    name: str  # a top-level function of the file
+    line: int
+    returns: str | None  # the module class it visibly returns, when it names one
+    fixture: bool = False  # a pytest fixture (called without its decorator)
 
 
 @dataclass
@@ -59,18 +82,48 @@ class Plan:
     sanitized: Sanitized
     classes: list[ClassCandidate] = field(default_factory=list)
     calls: list[ConstructorCall] = field(default_factory=list)
+    factories: list[FactoryCandidate] = field(default_factory=list)
 
     @property
     def has_work(self) -> bool:
-        return bool(self.classes or self.calls)
+        return bool(self.classes or self.calls or self.factories)
+
+
+def _substitute(node: Any, subs: dict[int, ast.expr]) -> Any:
+    """A copy of ``node`` with the nodes whose id is in ``subs`` replaced (shared
+    where nothing changed)."""
+    if id(node) in subs:
+        return subs[id(node)]
+    if not isinstance(node, ast.AST):
+        return node
+    fields: dict[str, Any] = {}
+    changed = False
+    for name, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            new: Any = [_substitute(v, subs) for v in value]
+            changed |= any(a is not b for a, b in zip(new, value))
+        else:
+            new = _substitute(value, subs)
+            changed |= new is not value
+        fields[name] = new
+    if not changed:
+        return node
+    out = type(node)(**fields)
+    return ast.copy_location(out, node)
 
 
 class _Planner:
-    def __init__(self, tree: ast.Module, sanitized: Sanitized):
+    def __init__(self, tree: ast.Module, sanitized: Sanitized, context: "ProjectContext | None" = None):
         self.tree = tree
         self.model = SemanticModel(tree)
         self.sanitized = sanitized
-        self.aliases = import_aliases(tree)
+        self.context = context
+        self._hooks = None
+        self._file_hooks: bool | None = None
+        self._imports: dict[str, Any] = {}
+        self._argparse: dict[str, ast.expr] | None = None
+
+    # ------------------------------------------------------------ what the file has
 
     def module_classes(self) -> list[ClassCandidate]:
         imports_torch = self.model.imports_torch()
@@ -87,50 +140,169 @@ class _Planner:
                 out.append(ClassCandidate(stmt.name, stmt.lineno))
         return out
 
-    def _callee(self, call: ast.Call) -> tuple[str, bool] | None:
-        """(class name, is a local class) when ``call`` constructs a module."""
+    @property
+    def hooks(self):
+        if self._hooks is None:
+            from hooklint.static.hooks import HookIndex
+            from hooklint.static.values import Inference
+
+            self._hooks = HookIndex(self.model, Inference(self.model))
+        return self._hooks
+
+    def registers_module_hooks(self) -> bool:
+        if self._file_hooks is None:
+            names = self.model.method_calls
+            self._file_hooks = any(name.startswith("register_") and "hook" in name for name in names) and any(
+                reg.kind.is_module for reg in self.hooks.registrations)
+        return self._file_hooks
+
+    def _imported(self, func: ast.AST):
+        """The project definition an imported callee names (``Net`` after ``from
+        models import Net``), when hooks are involved: this file registers module
+        hooks, or the class's file registers hooks (its classes may hook
+        themselves).  Otherwise building it would teach the rules nothing."""
+        if self.context is None or not hasattr(func, "_hl_scope"):
+            return None
+        qual = self.model.qualify(func)
+        if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
+            return None
+        if qual not in self._imports:
+            index = self.context.index
+            target = index.target(qual, self.context.roots, self.context.path)
+            relevant = target is not None and (self.registers_module_hooks() or index.registers_hooks(target.path))
+            self._imports[qual] = index.definition(target) if relevant and target is not None else None
+        return self._imports[qual]
+
+    def _callee(self, call: ast.Call) -> tuple[str, str] | None:
+        """(class name, kind) when ``call`` constructs a module: kind is "local",
+        "torch" or "imported" (see :class:`ConstructorCall`)."""
         info = self.model.class_for_expr(call.func)
         if info is not None:
             if info.scope is self.model.module_scope and info.name in self.sanitized.kept_names \
                     and self.model.is_module_class(info) is not False:
-                return info.name, True
+                return info.name, "local"
             return None
         qual = self.model.qualify(call.func) if hasattr(call.func, "_hl_scope") else None
         if qual is not None and is_torch_module_class(qual):
-            return qual.rsplit(".", 1)[-1], False
+            return qual.rsplit(".", 1)[-1], "torch"
+        definition = self._imported(call.func)
+        if definition is not None and definition.maybe_module:
+            return definition.name, "imported"
         return None
 
-    def is_literal(self, expr: ast.AST | None) -> bool:
+    # ------------------------------------------------------------ literal arguments
+
+    def literal(self, expr: ast.AST | None, subs: dict[int, ast.expr], depth: int = 0) -> bool:
+        """Whether ``expr`` is literal (module docstring, step 1); names that are
+        inlined are recorded in ``subs`` (node id -> literal value)."""
         if expr is None or isinstance(expr, ast.Constant):
             return True
         if isinstance(expr, ast.Name):
-            return expr.id in self.sanitized.kept_names or expr.id in _BUILTINS
+            if expr.id in self.sanitized.kept_names or expr.id in _BUILTINS:
+                return True
+            value = self._single_literal_binding(expr) if depth < _INLINE_DEPTH else None
+            if value is not None and self.literal(value, subs, depth + 1):
+                subs[id(expr)] = value
+                return True
+            return False
         if isinstance(expr, ast.Attribute):
-            return self.is_literal(expr.value)
+            default = self._argparse_default(expr)
+            if default is not None:
+                subs[id(expr)] = default
+                return True
+            return self.literal(expr.value, subs, depth)
         if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
-            return all(self.is_literal(e) for e in expr.elts)
+            return all(self.literal(e, subs, depth) for e in expr.elts)
         if isinstance(expr, ast.Dict):
-            return all(self.is_literal(k) for k in expr.keys) and all(self.is_literal(v) for v in expr.values)
+            return all(self.literal(k, subs, depth) for k in expr.keys) and all(
+                self.literal(v, subs, depth) for v in expr.values)
+        if isinstance(expr, ast.Starred):
+            return self.literal(expr.value, subs, depth)
         if isinstance(expr, ast.UnaryOp):
-            return self.is_literal(expr.operand)
+            return self.literal(expr.operand, subs, depth)
         if isinstance(expr, ast.BinOp):
-            return self.is_literal(expr.left) and self.is_literal(expr.right)
+            return self.literal(expr.left, subs, depth) and self.literal(expr.right, subs, depth)
         if isinstance(expr, ast.Call):
-            literal_args = all(self.is_literal(a) for a in expr.args) and all(
-                self.is_literal(k.value) for k in expr.keywords)
+            literal_args = all(self.literal(a, subs, depth) for a in expr.args) and all(
+                self.literal(k.value, subs, depth) for k in expr.keywords)
             if not literal_args:
                 return False
-            return qualified_name(expr.func, self.aliases) in ARRAY_CALLS or self._callee(expr) is not None
+            qual = self.model.qualify(expr.func) if hasattr(expr.func, "_hl_scope") else None
+            if qual is not None and qual.startswith("builtins."):
+                qual = qual[len("builtins."):]
+            return qual in ARRAY_CALLS or qual in _LITERAL_BUILDERS or self._callee(expr) is not None
         return False
+
+    def _single_literal_binding(self, name: ast.Name) -> ast.expr | None:
+        """The value of ``name`` when its scope assigns it exactly once (``n = 10``)."""
+        if not hasattr(name, "_hl_scope"):
+            return None
+        bindings = self.model.bindings_at(name)
+        if len(bindings) != 1:
+            return None
+        binding = bindings[0]
+        if binding.kind != "assign" or binding.path or not isinstance(binding.value, ast.expr):
+            return None
+        if len(binding.scope.bindings.get(name.id, ())) != 1:
+            return None  # reassigned: which value reaches the call is not certain
+        return binding.value
+
+    def _argparse_default(self, expr: ast.Attribute) -> ast.expr | None:
+        """``args.width`` after ``args = parser.parse_args()``: the literal ``default=``
+        of the ``add_argument`` that defines it."""
+        base = expr.value
+        if not isinstance(base, ast.Name) or not hasattr(base, "_hl_scope"):
+            return None
+        bindings = self.model.bindings_at(base)
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return None
+        value = bindings[0].value
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr in ("parse_args", "parse_known_args")):
+            return None
+        if self._argparse is None:
+            self._argparse = self._argparse_defaults()
+        return self._argparse.get(expr.attr)
+
+    def _argparse_defaults(self) -> dict[str, ast.expr]:
+        out: dict[str, ast.expr] = {}
+        for call in self.model.calls_of_method("add_argument"):
+            names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            keywords = {k.arg: k.value for k in call.keywords if k.arg}
+            dest = keywords.get("dest")
+            if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
+                key = dest.value
+            else:
+                longs = [n for n in names if n.startswith("--")]
+                plain = [n for n in names if not n.startswith("-")]
+                option = longs[0][2:] if longs else plain[0] if plain else None
+                if option is None:
+                    continue
+                key = option.replace("-", "_")
+            default = keywords.get("default")
+            action = keywords.get("action")
+            if default is None and isinstance(action, ast.Constant) and action.value in ("store_true",
+                                                                                          "store_false"):
+                default = ast.copy_location(ast.Constant(action.value == "store_false"), call)
+            if default is not None and self.literal(default, {}):
+                out[key] = default
+        return out
+
+    def literal_call(self, call: ast.Call) -> ast.Call | None:
+        """The call with literal arguments (inlined names replaced), or None."""
+        subs: dict[int, ast.expr] = {}
+        if not (all(self.literal(a, subs) for a in call.args) and all(
+                k.arg is not None or isinstance(k.value, ast.Name) for k in call.keywords)
+                and all(self.literal(k.value, subs) for k in call.keywords)):
+            return None
+        return _substitute(call, subs) if subs else call
+
+    # ------------------------------------------------------------ what to build
 
     def hooked_calls(self) -> set[int]:
         """ids of built-in layer constructions that receive a module hook in this file."""
-        from hooklint.static.hooks import HookIndex
-        from hooklint.static.values import Inference
-
-        hooks = HookIndex(self.model, Inference(self.model))
         out = set()
-        for reg in hooks.registrations:
+        for reg in self.hooks.registrations:
             module = reg.receiver_module
             if reg.kind.is_module and module is not None and module.call is not None:
                 out.add(id(module.call))
@@ -149,45 +321,134 @@ class _Planner:
             callee = self._callee(call)
             if callee is None or self._inside_class(call):
                 continue
-            name, local = callee
-            if local and name not in local_names:
+            name, kind = callee
+            if kind == "local" and name not in local_names:
                 continue
-            if not local:
+            if kind == "torch":
                 if hooked is None:
                     hooked = self.hooked_calls()
                 if id(call) not in hooked:
                     continue
-            if not (all(self.is_literal(a) for a in call.args) and all(
-                    k.arg is not None and self.is_literal(k.value) for k in call.keywords)):
+            node = self.literal_call(call)
+            if node is None:
                 continue
-            text = ast.unparse(call)
+            text = ast.unparse(node)
             if text in seen or per_class.get(name, 0) >= MAX_CALLS_PER_CLASS:
                 continue
             seen.add(text)
             per_class[name] = per_class.get(name, 0) + 1
-            out.append(ConstructorCall(call, text, call.lineno, name))
+            out.append(ConstructorCall(node, text, call.lineno, name, kind))
         return out
+
+    def factories(self, classes: list[ClassCandidate]) -> list[FactoryCandidate]:
+        local_names = {c.name for c in classes}
+        out = []
+        for stmt in self.tree.body:
+            if not isinstance(stmt, ast.FunctionDef):  # (an async factory cannot be called plainly)
+                continue
+            if stmt.name not in self.sanitized.kept_names or _required_arguments(stmt.args):
+                continue
+            fixture = any(_decorator_name(d) in ("fixture", "yield_fixture") for d in stmt.decorator_list)
+            returns = self._returned_class(stmt)
+            if returns is None:
+                continue
+            name, kind = returns
+            if fixture or (kind == "local" and name in local_names):
+                out.append(FactoryCandidate(stmt.name, stmt.lineno, name, fixture))
+            if len(out) >= MAX_FACTORIES:
+                break
+        return out
+
+    def _returned_class(self, fn: ast.FunctionDef) -> tuple[str, str] | None:
+        """The module class a function visibly returns (or yields): ``return Net(...)``,
+        ``model = Net(...); return model``, or a builder given the class
+        (``return build_model_with_cfg(ResNet, ...)``)."""
+        for node in ast.walk(fn):
+            if not isinstance(node, (ast.Return, ast.Yield)) or node.value is None:
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and hasattr(value, "_hl_scope"):
+                bindings = self.model.bindings_at(value)
+                if len(bindings) == 1 and bindings[0].kind == "assign" and isinstance(bindings[0].value, ast.Call):
+                    value = bindings[0].value
+            if not isinstance(value, ast.Call):
+                continue
+            callee = self._callee(value)
+            if callee is not None and callee[1] != "torch":
+                return callee
+            for arg in value.args:
+                if isinstance(arg, ast.Name):
+                    info = self.model.class_for_expr(arg)
+                    if info is not None and info.scope is self.model.module_scope \
+                            and self.model.is_module_class(info) is not False:
+                        return info.name, "local"
+        return None
 
     def _inside_class(self, node: ast.AST) -> bool:
         return any(isinstance(a, ast.ClassDef) for a in self.model.ancestors(node))
 
 
-def plan_for(tree: ast.Module) -> Plan:
+def _required_arguments(args: ast.arguments) -> int:
+    positional = args.posonlyargs + args.args
+    required = len(positional) - len(args.defaults)
+    required += sum(1 for default in args.kw_defaults if default is None)
+    return required
+
+
+def _decorator_name(decorator: ast.expr) -> str:
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    if isinstance(decorator, ast.Attribute):
+        return decorator.attr
+    return decorator.id if isinstance(decorator, ast.Name) else ""
+
+
+# Calls that build plain values, accepted inside constructor arguments (``Net(**dict(width=8))``).
+_LITERAL_BUILDERS = frozenset({"dict", "list", "tuple", "set", "frozenset", "range", "int", "float", "str",
+                               "bool", "len", "min", "max", "abs", "round", "sum", "sorted"})
+
+
+class ProjectContext:
+    """What the planner of one file needs to know about the project's other files."""
+
+    def __init__(self, path: str, roots, index) -> None:
+        self.path = Path(path)
+        self.roots = roots
+        self.index = index
+
+
+
+def plan_for(tree: ast.Module, context: ProjectContext | None = None) -> Plan:
     sanitized = definitions_only(tree)
-    planner = _Planner(tree, sanitized)
+    planner = _Planner(tree, sanitized, context)
     classes = planner.module_classes()
-    return Plan(sanitized, classes, planner.constructor_calls(classes))
+    return Plan(sanitized, classes, planner.constructor_calls(classes), planner.factories(classes))
+
+
+def project_context(path: str, config_root: Path, pythonpath=(), index=None,
+                    tree: ast.Module | None = None) -> ProjectContext:
+    from hooklint.graph.project import ProjectIndex
+    from hooklint.graph.roots import file_roots
+
+    relative = tree is not None and any(isinstance(n, ast.ImportFrom) and n.level for n in tree.body)
+    roots = file_roots(path, config_root, pythonpath, relative)
+    return ProjectContext(path, roots, index or ProjectIndex())
 
 
 # A module class or layer can only come from an import naming one of these.
 _TEXT_HINTS = ("torch", "lightning", "transformers")
 
 
-def wants_import(text: str) -> bool:
+def wants_import(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
+                 index=None) -> bool:
     """Whether the graph layer should import this file (see the module docstring)."""
-    if not any(h in text for h in _TEXT_HINTS):
+    project_hint = path is not None and ("import" in text) and ("register_" in text or "fixture" in text)
+    if not any(h in text for h in _TEXT_HINTS) and not project_hint:
         return False
     try:
-        return plan_for(ast.parse(text)).has_work
+        tree = ast.parse(text)
+        context = project_context(path, config_root or Path.cwd(), pythonpath, index, tree) \
+            if path is not None else None
+        return plan_for(tree, context).has_work
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return False

@@ -48,12 +48,18 @@ class GraphRun:
     workers_started: int = 0
 
 
+# How long past its own time budget a step may run before the worker is killed
+# (the worker's alarm cannot stop code that never returns to Python).
+KILL_GRACE = 5.0
+
+
 @dataclass
 class Reply:
     status: str  # "ok", "timeout", "crash"
     result: dict[str, Any] | None = None
     stage: str = ""
     detail: str = ""
+    deps: dict[str, str] = field(default_factory=dict)  # the user's modules imported so far
 
 
 class WorkerProcess:
@@ -120,28 +126,34 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def request(self, request: dict[str, Any], timeout: float) -> Reply:
+        """Send a request; ``timeout`` applies to each step the worker announces."""
         assert self.proc is not None and self.proc.stdin is not None
         stage = ""
+        deps: dict[str, str] = {}
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.write((json.dumps({**request, "budget": timeout}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return Reply("crash", detail=self._death())
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + KILL_GRACE
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                return Reply("timeout", stage=stage)
+                return Reply("timeout", stage=stage, deps=deps)
             message = self._next(remaining)
             if message is None:
                 if self.alive:  # no message before the deadline
                     continue
-                return Reply("crash", stage=stage, detail=self._death())
-            if message.get("event") == "stage":
+                return Reply("crash", stage=stage, detail=self._death(), deps=deps)
+            event = message.get("event")
+            if event == "stage":
                 stage = message.get("what", "")
-            elif message.get("event") == "result":
-                return Reply("ok", result=message, stage=stage)
+                deadline = time.monotonic() + timeout + KILL_GRACE
+            elif event == "dep":
+                deps[message.get("path", "")] = message.get("sha256", "")
+            elif event == "result":
+                return Reply("ok", result=message, stage=stage, deps=deps)
 
     def _next(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or None at end of file or when ``timeout`` passes."""
@@ -273,43 +285,69 @@ def _display(path: str) -> str:
     return display_path(path)
 
 
-def _cache_for(config: Config, version: str, use_cache: bool) -> GraphCache | None:
+def _cache_for(config: Config, version: str, use_cache: bool, timeout: float) -> GraphCache | None:
     if not use_cache or not config.cache:
         return None
     folder = Path(config.cache_dir)
     if not folder.is_absolute():
         folder = config.root / folder
-    return GraphCache(folder, version, {"models": config.models, "memory-limit": config.memory_limit})
+    return GraphCache(folder, version, {"models": config.models, "memory-limit": config.memory_limit,
+                                        "timeout": timeout, "pythonpath": config.pythonpath})
 
 
-def _failure_notice(reply: Reply, timeout: float) -> tuple[str, str, NoticeLevel]:
+def _failure(reply: Reply, timeout: float) -> tuple[str, str]:
+    """(error kind, message) for a request the worker did not answer."""
     during = f" while {reply.stage}" if reply.stage else ""
     if reply.status == "timeout":
-        return ("timeout", f"graph analysis timed out after {timeout:g} s{during}; the model code was stopped "
-                f"(raise `timeout` in [tool.hooklint] or pass --timeout)", NoticeLevel.ERROR)
-    return ("crash", f"graph analysis failed: the model code crashed the worker ({reply.detail}){during}",
-            NoticeLevel.ERROR)
+        return "timeout", (f"graph analysis timed out after {timeout:g} s{during}; the model code was stopped "
+                           f"(raise `timeout` in [tool.hooklint] or pass --timeout)")
+    return "crash", f"graph analysis failed: the model code crashed the worker ({reply.detail}){during}"
 
 
 def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = True, timeout: float | None = None,
                         run: GraphRun | None = None) -> tuple[dict[str, FileFacts], list[Notice]]:
     """Graph facts for the files that can benefit, and what the user should know."""
+    from hooklint.graph.project import ProjectIndex
+
     run = run if run is not None else GraphRun()
     timeout = timeout if timeout is not None else config.timeout
     notices: list[Notice] = []
+    version = torch_version()
+    cache = _cache_for(config, version, use_cache, timeout) if version is not None else None
     candidates: list[str] = []
+    facts: dict[str, FileFacts] = {}
+    todo: list[str] = []
+    index = ProjectIndex()
     for path in files:
+        # the cache first: an unchanged file (and unchanged modules it imported) needs no parse
+        key = file_key(cache, path) if cache else None
+        hit = cache.get(key) if cache and key else None
+        if hit is not None and hit.get("not_candidate"):
+            run.not_candidates.append(path)
+            continue
+        if hit is not None:
+            found = FileFacts.from_dict(hit)
+            found.path = _display(path)
+            found.cached = True
+            facts[path] = found
+            run.cached.append(path)
+            candidates.append(path)
+            continue
         try:
             text = read_source(path)
         except SourceError:
             continue  # the static pass reports unreadable files
-        if wants_import(text):
+        lookups = index.lookups
+        if wants_import(text, path, config.root, config.pythonpath, index):
             candidates.append(path)
+            todo.append(path)
         else:
             run.not_candidates.append(path)
+            if cache is not None and key is not None and index.lookups == lookups:
+                # decided from the file alone (no import of the project was looked at)
+                cache.put(key, {"not_candidate": True}, {})
     if not candidates and not config.models:
         return {}, notices
-    version = torch_version()
     if version is None:
         where = _display(candidates[0]) if candidates else "configuration"
         count = len(candidates)
@@ -317,20 +355,6 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
                                      f"torch is not installed ({INSTALL_HINT}); static rules only",
                               NoticeLevel.INFO))
         return {}, notices
-    cache = _cache_for(config, version, use_cache)
-    facts: dict[str, FileFacts] = {}
-    todo: list[str] = []
-    for path in candidates:
-        key = file_key(cache, path) if cache else None
-        hit = cache.get(key) if cache and key else None
-        if hit is not None:
-            found = FileFacts.from_dict(hit)
-            found.path = _display(path)
-            found.cached = True
-            facts[path] = found
-            run.cached.append(path)
-        else:
-            todo.append(path)
     factory_models: list[ModelFacts] | None = None
     factory_key = cache.key({"factories": config.models}) if cache and config.models else None
     if factory_key is not None and cache is not None:
@@ -341,7 +365,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         pool = WorkerPool(config.memory_limit, config.root, run)
         try:
             for path in todo:
-                facts[path] = _analyse_file(pool, path, config, timeout, cache, notices, run)
+                facts[path] = _analyse_file(pool, path, config, timeout, cache, run)
             if config.models and factory_models is None:
                 factory_models = _analyse_factories(pool, config, timeout, cache, factory_key, notices)
         finally:
@@ -356,30 +380,67 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         notices.append(Notice(str(cache.folder), cache.error, NoticeLevel.INFO))
     run.factories = factory_models or []
     _share_models(facts, run.factories)
+    notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
     return facts, notices
 
 
+_LISTED_FILES = 3
+
+
+def _grouped_import_failures(found: list[FileFacts]) -> list[Notice]:
+    """Files whose definitions fail to import for the same reason (a package of
+    the project that needs a module that is not installed): one line for all."""
+    by_reason: dict[tuple[str, bool], list[FileFacts]] = {}
+    for item in found:
+        if item.error is not None and item.error_kind == "import":
+            by_reason.setdefault((item.error, item.cached), []).append(item)
+    out = []
+    for (reason, cached), group in by_reason.items():
+        note = _CACHED_NOTE if cached else ""
+        if len(group) == 1:
+            out.append(Notice(group[0].path, f"graph analysis skipped: {reason}{note}", NoticeLevel.SKIP))
+            continue
+        others = group[1:]
+        names = ", ".join(g.path for g in others[:_LISTED_FILES])
+        more = f" and {len(others) - _LISTED_FILES} more" if len(others) > _LISTED_FILES else ""
+        reason = reason.replace("importing its definitions failed", "importing their definitions failed", 1)
+        out.append(Notice(group[0].path, f"graph analysis skipped for this file and {len(others)} other"
+                                         f"{'s' if len(others) > 1 else ''} ({names}{more}): {reason}{note}",
+                          NoticeLevel.SKIP))
+    return out
+
+
+# Failures worth keeping until the file (or a module it imports) changes: the
+# same code fails the same way.  An internal error or a worker that cannot
+# start says nothing about the file.
+_CACHED_FAILURES = frozenset({"import", "timeout", "crash", "memory"})
+
+
 def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, cache: GraphCache | None,
-                  notices: list[Notice], run: GraphRun) -> FileFacts:
+                  run: GraphRun) -> FileFacts:
     display = _display(path)
     worker = pool.get()
     if worker is None:
         return FileFacts(display, error=pool.fatal, error_kind="worker")
     run.imported.append(path)
-    reply = worker.request({"kind": "file", "path": os.path.abspath(path), "root": str(config.root)}, timeout)
+    reply = worker.request({"kind": "file", "path": os.path.abspath(path), "root": str(config.root),
+                            "pythonpath": config.pythonpath}, timeout)
     if reply.status != "ok" or reply.result is None:
-        kind, message, level = _failure_notice(reply, timeout)
-        notices.append(Notice(display, message, level))
-        return FileFacts(display, error=message, error_kind=kind)
-    data = dict(reply.result["facts"])
-    data["path"] = display
-    found = FileFacts.from_dict(data)
-    if cache is not None and found.error is None:
+        kind, message = _failure(reply, timeout)
+        found = FileFacts(display, error=message, error_kind=kind)
+        deps = reply.deps
+    else:
+        data = dict(reply.result["facts"])
+        data["path"] = display
+        found = FileFacts.from_dict(data)
+        deps = reply.result.get("deps") or reply.deps
+    if cache is not None and (found.error is None or found.error_kind in _CACHED_FAILURES):
         key = file_key(cache, path)
         if key is not None:
-            cache.put(key, found.to_dict(), reply.result.get("deps", {}))
+            # an import failure may be a package that is not installed yet: installing one retries
+            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import")
     return found
 
 
@@ -389,12 +450,12 @@ def _analyse_factories(pool: WorkerPool, config: Config, timeout: float, cache: 
     worker = pool.get()
     if worker is None:
         return []
-    reply = worker.request({"kind": "factories", "specs": config.models, "root": str(config.root)},
-                           timeout * max(1, len(config.models)))
+    reply = worker.request({"kind": "factories", "specs": config.models, "root": str(config.root),
+                            "pythonpath": config.pythonpath}, timeout)
     if reply.status != "ok" or reply.result is None:
-        _kind, message, level = _failure_notice(reply, timeout)
+        _kind, message = _failure(reply, timeout)
         notices.append(Notice(where, message.replace("graph analysis", "analysing the factories in `models`"),
-                              level))
+                              NoticeLevel.ERROR))
         return []
     for error in reply.result.get("errors", []):
         notices.append(Notice(where, f"model factory `{error['spec']}`: {error['reason']}", NoticeLevel.ERROR))
@@ -421,29 +482,68 @@ def _share_models(facts: dict[str, FileFacts], factory_models: list[ModelFacts])
         # a class that could not be built on its own is covered by a model that contains it
         covered = {m.class_name for model in found.borrowed for m in model.modules
                    if m.class_file and os.path.realpath(m.class_file) == real}
-        found.unanalysed = [u for u in found.unanalysed if u.class_name not in covered]
+        found.unanalysed = [u for u in found.unanalysed if u.class_name not in covered or u.kind == "timeout"]
+
+
+_CACHED_NOTE = "; cached: not retried until the file changes (--no-cache to retry now)"
 
 
 def _file_notices(found: FileFacts) -> list[Notice]:
-    """One info line for a file whose analysis was not complete or not by fx."""
+    """What the user hears about one file: an error of the whole file, a model
+    stopped after its time (errors), and one info line for models whose
+    analysis was not complete or not by fx."""
+    cached = _CACHED_NOTE if found.cached else ""
     if found.error is not None:
-        if found.error_kind == "import":
-            return [Notice(found.path, f"graph analysis skipped: {found.error}", NoticeLevel.SKIP)]
-        if found.error_kind == "internal":
-            return [Notice(found.path, found.error, NoticeLevel.ERROR)]
-        return []  # timeouts and crashes were reported when they happened
+        if found.error_kind in ("import", "worker"):
+            return []  # said once for all the files that failed the same way, or for the whole run
+        return [Notice(found.path, found.error + (cached if found.error_kind in _CACHED_FAILURES else ""),
+                       NoticeLevel.ERROR)]
+    out = [Notice(found.path, u.reason + cached, NoticeLevel.ERROR) for u in found.unanalysed if u.kind == "timeout"]
     parts = []
     for model in found.models:
         if model.method != "fx":
             parts.append(f"{model.label} analysed by running a forward (fx could not trace it: {model.fx_error})")
         elif not model.autograd:
             parts.append(f"{model.label} traced with fx only ({model.note})")
-    reported = [u for u in found.unanalysed if u.reason != "defines no forward (a base class)"]
+    reported = [u for u in found.unanalysed if u.reason != "defines no forward (a base class)" and u.kind != "timeout"]
     if reported:
         parts.append("not analysed: " + "; ".join(f"{u.class_name} ({u.reason})" for u in reported))
-    if not parts:
-        return []
-    return [Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO)]
+    if parts:
+        out.append(Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO))
+    return out
 
 
-__all__ = ["provide_graph_facts", "GraphRun", "torch_version", "INSTALL_HINT"]
+@dataclass
+class WorkerCall:
+    """What :func:`run_in_worker` got back."""
+
+    value: Any = None  # what the function returned, when it ran
+    error: str | None = None  # why not: a one-line message
+    kind: str = ""  # "timeout", "crash", "worker" (torch unusable), "internal", "memory"
+
+
+def run_in_worker(function: str, args: dict[str, Any], config: Config, *, timeout: float | None = None) -> WorkerCall:
+    """Run ``function`` (``"hooklint.<module>:<name>"``, called as ``name(worker,
+    **args)``) in a graph worker: the process that may import torch and the
+    user's code, with the same guard, memory limit and per-step time budget
+    (``timeout``, default the configured one).  ``args`` and the result travel
+    as JSON.  See :mod:`hooklint.graph.instances` for building the user's
+    models there."""
+    timeout = timeout if timeout is not None else config.timeout
+    pool = WorkerPool(config.memory_limit, config.root, GraphRun())
+    try:
+        worker = pool.get()
+        if worker is None:
+            return WorkerCall(error=f"the worker could not import torch ({pool.fatal})", kind="worker")
+        reply = worker.request({"kind": "call", "function": function, "args": args}, timeout)
+    finally:
+        pool.close()
+    if reply.status != "ok" or reply.result is None:
+        kind, message = _failure(reply, timeout)
+        return WorkerCall(error=message, kind=kind)
+    if "error" in reply.result:
+        return WorkerCall(error=reply.result["error"], kind=reply.result.get("error_kind", "internal"))
+    return WorkerCall(value=reply.result.get("value"))
+
+
+__all__ = ["provide_graph_facts", "run_in_worker", "WorkerCall", "GraphRun", "torch_version", "INSTALL_HINT"]

@@ -89,7 +89,10 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
         for missing in found.unanalysed:
             where = f" (line {missing.line})" if missing.line else ""
             chunks.append(f"  {missing.class_name}{where}: not analysed: {missing.reason}")
-        if not found.models and not found.unanalysed and not found.error:
+        if found.borrowed and not found.models:
+            chunks.append("  its classes are analysed as parts of: " + "; ".join(
+                _borrowed_label(model) for model in found.borrowed))
+        elif not found.models and not found.unanalysed and not found.error:
             chunks.append("  no model was built")
         chunks.append("")
     if factories:
@@ -103,6 +106,15 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
     return "\n".join(chunks).rstrip("\n") + "\n"
 
 
+def _borrowed_label(model: ModelFacts) -> str:
+    if model.origin_file is None:
+        return f"{model.class_name} ({model.source})"
+    from hooklint.engine import display_path
+
+    line = f", line {model.call_line}" if model.call_line else ""
+    return f"{model.class_name} built with {model.source} ({display_path(model.origin_file)}{line})"
+
+
 def render_json(facts: list[FileFacts], factories: list[ModelFacts], notices: list[Notice],
                 torch_version: str | None) -> str:
     def model_dict(model: ModelFacts) -> dict[str, Any]:
@@ -114,7 +126,9 @@ def render_json(facts: list[FileFacts], factories: list[ModelFacts], notices: li
     payload = {
         "version": FACTS_VERSION,
         "torch": torch_version,
-        "files": [{**found.to_dict(), "models": [model_dict(m) for m in found.models]} for found in facts],
+        "files": [{**found.to_dict(), "models": [model_dict(m) for m in found.models],
+                   "part_of": [{"class_name": m.class_name, "source": m.source, "origin_file": m.origin_file,
+                                "call_line": m.call_line} for m in found.borrowed]} for found in facts],
         "factories": [model_dict(m) for m in factories],
         "notices": [n.to_dict() for n in notices],
     }

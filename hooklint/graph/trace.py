@@ -36,9 +36,11 @@ import os
 import sys
 import sysconfig
 import warnings
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 import torch.fx as fx
@@ -162,11 +164,17 @@ def _to_nodes(value: Any) -> Any:
     return value
 
 
+# A traced graph this big is a loop building nodes, not a model: the largest
+# architectures in bench/graph_cost.py trace to a few thousand nodes.
+MAX_TRACE_NODES = 50_000
+
+
 class _Tracer(fx.Tracer):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[_FxCall] = []
         self.sites: dict[fx.Node, Site | None] = {}
+        self.node_count = 0
 
     def call_module(self, m, forward, args, kwargs):
         path = self.path_of_module(m)
@@ -179,6 +187,10 @@ class _Tracer(fx.Tracer):
         return ret
 
     def create_node(self, kind, target, args, kwargs, name=None, type_expr=None):
+        self.node_count += 1
+        if self.node_count > MAX_TRACE_NODES:
+            raise fx.proxy.TraceError(f"the traced graph grew past {MAX_TRACE_NODES} nodes (a loop that "
+                                      f"runs until a traced value satisfies a test never ends under fx)")
         _refuse_custom_function(sys._getframe(1))
         frame = _user_frame(sys._getframe(1))
         if kind == "call_function" and target in _AUGMENTED and frame is not None \
@@ -1039,6 +1051,9 @@ def _prepared(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+prepared_inputs = _prepared
+
+
 def spec_of(inputs: tuple[Any, ...]) -> tuple[TensorSpec, ...]:
     return tuple(TensorSpec(str(t.dtype).replace("torch.", ""), tuple(t.shape))
                  for t in inputs if isinstance(t, torch.Tensor))
@@ -1051,9 +1066,55 @@ class AnalysisError(Exception):
     """Neither method could analyse the model; the message says why."""
 
 
+@contextmanager
+def backward_hooks_detached(model: nn.Module) -> Iterator[None]:
+    """The model's module backward hooks (legacy, full, pre), and the global
+    ones, set aside while it is analysed, then put back as they were.
+
+    They are not part of what the facts describe (the ops each module's forward
+    runs), and under fx they do harm: ``Module._call_impl`` looks for the tensor
+    to attach a legacy hook to with ``while not isinstance(var, Tensor): var =
+    var[0]``, which on an fx proxy never ends (each ``[0]`` is a new node): a
+    Grad-CAM model hooking ``self.layer4`` in its constructor made the worker
+    build nodes until the timeout or the memory limit.  Full hooks wrap the
+    module's inputs and outputs in ``BackwardHookFunction`` ops, which a
+    following in-place op makes fail (HKL403's own case): the analysis must see
+    the forward without them to report it.  Forward hooks stay: they do change
+    what a legacy hook binds to."""
+    from torch.nn.modules import module as module_mod
+
+    saved = []
+    for module in model.modules():
+        if module._backward_hooks or module._backward_pre_hooks:
+            saved.append((module, module._backward_hooks, module._backward_pre_hooks,
+                          module._is_full_backward_hook))
+            module._backward_hooks = OrderedDict()
+            module._backward_pre_hooks = OrderedDict()
+            module._is_full_backward_hook = None
+    global_hooks = dict(module_mod._global_backward_hooks), dict(module_mod._global_backward_pre_hooks)
+    module_mod._global_backward_hooks.clear()
+    module_mod._global_backward_pre_hooks.clear()
+    try:
+        yield
+    finally:
+        for module, hooks, pre_hooks, is_full in saved:
+            module._backward_hooks = hooks
+            module._backward_pre_hooks = pre_hooks
+            module._is_full_backward_hook = is_full
+        module_mod._global_backward_hooks.update(global_hooks[0])
+        module_mod._global_backward_pre_hooks.update(global_hooks[1])
+
+
 def analyse_model(model: nn.Module, *, source: str, describe: Describe,
                   inputs: tuple[Any, ...] | None = None, inputs_origin: str = "",
                   call_line: int | None = None, origin_file: str | None = None) -> ModelFacts:
+    with backward_hooks_detached(model):
+        return _analyse(model, source=source, describe=describe, inputs=inputs, inputs_origin=inputs_origin,
+                        call_line=call_line, origin_file=origin_file)
+
+
+def _analyse(model: nn.Module, *, source: str, describe: Describe, inputs: tuple[Any, ...] | None,
+             inputs_origin: str, call_line: int | None, origin_file: str | None) -> ModelFacts:
     name, _qualname, class_file, class_line = describe(model)
     trace: FxTrace | None = None
     fx_error: str | None = None

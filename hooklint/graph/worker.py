@@ -7,21 +7,41 @@ cannot corrupt them):
 
 * ``{"event": "ready", "torch": "2.13.0+cpu"}`` once torch is imported, or
   ``{"event": "fatal", "message": ...}`` when it cannot be;
-* ``{"event": "stage", "what": "building MyNet() (line 31)"}`` while working,
-  so that the parent can say what hung or crashed;
+* ``{"event": "stage", "what": "building MyNet() (line 31)"}`` before each
+  step, so that the parent can say what hung or crashed (and its deadline
+  restarts: each step has its own time);
+* ``{"event": "dep", "path": ..., "sha256": ...}`` for each of the user's own
+  modules a request imported (so that even a failure can be cached until one
+  of them changes);
 * ``{"event": "result", ...}`` when a request is done.
 
-Requests: ``{"kind": "file", "path": ..., "root": ...}`` and
-``{"kind": "factories", "specs": [...], "root": ...}``.
+Requests: ``{"kind": "file", "path", "root", "pythonpath", "budget"}``,
+``{"kind": "factories", "specs", "root", "pythonpath", "budget"}`` and
+``{"kind": "call", "function": "hooklint.x:y", "args": {...}, "budget"}``
+(see :func:`Worker.call`).
+
+Each step that runs model code (importing a file's definitions, building one
+model, analysing one model) has ``budget`` seconds: an alarm then stops it
+(:class:`OverBudget`), that one model is reported as timed out, and the
+worker goes on with the next.  The parent kills the worker when a step
+overruns by more (code the alarm cannot interrupt).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+
+class OverBudget(BaseException):
+    """A step of model code ran past its time.  A BaseException, so that the
+    model's own ``except Exception:`` does not swallow it."""
 
 
 def _limit_resources(memory_mib: int) -> None:
@@ -40,15 +60,42 @@ def _limit_resources(memory_mib: int) -> None:
 
 
 class Worker:
-    def __init__(self, send: Callable[[dict[str, Any]], None]):
+    def __init__(self, send: Callable[[dict[str, Any]], None], memory_mib: int = 0):
         from hooklint.graph.guard import Guard
 
         self.send = send
+        self.memory_mib = memory_mib
         self.guard = Guard(os.environ.get("HOOKLINT_SCRATCH"))
         self.unique_names: dict[str, str] = {}
+        self.budget = 60.0
 
     def stage(self, what: str) -> None:
         self.send({"event": "stage", "what": what})
+
+    def dep(self, path: str, digest: str) -> None:
+        self.send({"event": "dep", "path": path, "sha256": digest})
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """One step of model code: announced, guarded, and stopped after ``budget`` s."""
+        self.stage(what)
+        budget = self.budget
+
+        def expired(_signum, _frame):
+            raise OverBudget(f"took more than {budget:g} s")
+
+        previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, budget)
+        try:
+            with self.guard.running_user_code():
+                yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def timed_out(self, what: str) -> str:
+        return (f"graph analysis timed out after {self.budget:g} s while {what}; the model code was stopped "
+                f"(raise `timeout` in [tool.hooklint] or pass --timeout)")
 
     def analyse_built(self, built, describe, origin_file: str | None, unanalysed: list) -> list[dict]:
         from hooklint.graph.build import user_error
@@ -57,12 +104,16 @@ class Worker:
         models = []
         for item in built:
             name = type(item.model).__name__
-            self.stage(f"analysing {name}" + (f" (line {item.call_line})" if item.call_line else ""))
+            what = f"analysing {name}" + (f" (line {item.call_line})" if item.call_line else "")
             try:
-                with self.guard.running_user_code():
+                with self.step(what):
                     facts = analyse_model(item.model, source=item.source, describe=describe, inputs=item.inputs,
                                           inputs_origin=item.inputs_origin, call_line=item.call_line,
                                           origin_file=origin_file)
+            except OverBudget:
+                unanalysed.append({"class_name": name, "line": item.call_line, "reason": self.timed_out(what),
+                                   "kind": "timeout"})
+                continue
             except AnalysisError as exc:
                 unanalysed.append({"class_name": name, "line": item.call_line, "reason": str(exc)})
                 continue
@@ -70,62 +121,78 @@ class Worker:
                 unanalysed.append({"class_name": name, "line": item.call_line,
                                    "reason": f"analysing {item.source} failed: {user_error(exc)}"})
                 continue
+            finally:
+                item.model = None  # free it before the next model is built
             models.append(facts.to_dict())
         return models
 
-    def file(self, path: str, root: str) -> dict[str, Any]:
-        from hooklint.graph.build import build_instances, describer, exec_definitions, file_session, user_error
+    def file(self, path: str, root: str, pythonpath: list[str]) -> dict[str, Any]:
+        from hooklint.graph.build import (build_instances, describer, exec_definitions, file_session,
+                                          user_error)
 
         result: dict[str, Any] = {"path": path, "models": [], "unanalysed": []}
         self.stage("reading the file")
-        with file_session(Path(path), Path(root)) as session:
-            result["skipped_statements"] = len(session.plan.sanitized.skipped_lines)
+        with file_session(Path(path), Path(root), pythonpath, on_dep=self.dep) as session:
+            sanitized = session.plan.sanitized
+            result["skipped_statements"] = len(sanitized.skipped_lines)
             self.unique_names[session.unique_name] = session.path.stem
-            self.stage("importing the file's definitions")
+            what = "importing the file's definitions"
             try:
-                with self.guard.running_user_code():
+                with self.step(what):
                     exec_definitions(session)
+            except OverBudget:
+                result.update(error=self.timed_out(what), error_kind="timeout")
+                return {"facts": result, "deps": session.importer.deps}
             except BaseException as exc:  # noqa: BLE001
-                result["error"] = f"importing its definitions failed: " \
-                                  f"{user_error(exc, session.plan.sanitized.skipped_names)}"
+                result["error"] = (f"importing its definitions failed: "
+                                   f"{user_error(exc, sanitized.skipped_names, sanitized.computed_names)}")
                 result["error_kind"] = "import"
                 return {"facts": result, "deps": session.importer.deps}
-            built = build_instances(session, self.stage, self.guard)
+            built = build_instances(session, self.step, OverBudget, self.timed_out)
             describe = describer(self.unique_names)
             unanalysed: list[dict] = []
             result["models"] = self.analyse_built(built.built, describe, str(session.path), unanalysed)
             covered = {m["class_name"] for m in result["models"]} | {
                 mod["class_name"] for m in result["models"] for mod in m["modules"]}
             for failure in built.failures.values():
-                if failure.class_name not in covered:
+                if failure.class_name not in covered or failure.kind == "timeout":
                     unanalysed.append(failure.to_dict())
             result["unanalysed"] = unanalysed
             return {"facts": result, "deps": session.importer.deps}
 
-    def factories(self, specs: list[str], root: str) -> dict[str, Any]:
-        from hooklint.graph.build import LocalImporter, describer, run_factory, user_error
+    def factories(self, specs: list[str], root: str, pythonpath: list[str]) -> dict[str, Any]:
+        from hooklint.graph.build import describer, project_session, run_factory, user_error
 
-        root_path = Path(root).resolve()
-        importer = LocalImporter([root_path])
-        sys.meta_path.insert(0, importer)
-        sys.path.insert(0, str(root_path))
         models: list[dict] = []
         errors: list[dict] = []
-        try:
+        with project_session(Path(root), pythonpath, on_dep=self.dep) as importer:
             for spec in specs:
-                self.stage(f"calling the factory {spec}")
+                what = f"calling the factory {spec}"
                 try:
-                    built = run_factory(spec, self.guard)
+                    with self.step(what):
+                        built = run_factory(spec)
+                except OverBudget:
+                    errors.append({"spec": spec, "reason": self.timed_out(what), "kind": "timeout"})
+                    continue
                 except BaseException as exc:  # noqa: BLE001
                     errors.append({"spec": spec, "reason": user_error(exc)})
                     continue
                 unanalysed: list[dict] = []
                 models += self.analyse_built([built], describer(self.unique_names), None, unanalysed)
-                errors += [{"spec": spec, "reason": u["reason"]} for u in unanalysed]
-        finally:
-            sys.meta_path.remove(importer)
-            sys.path.remove(str(root_path))
-        return {"models": models, "errors": errors, "deps": importer.deps}
+                errors += [{"spec": spec, "reason": u["reason"], "kind": u.get("kind", "")} for u in unanalysed]
+            deps = importer.deps
+        return {"models": models, "errors": errors, "deps": deps}
+
+    def call(self, function: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run ``hooklint.<module>:<function>(worker, **args)`` here and return its
+        JSON-able result: how other layers (``--fix --verify``) run code next to
+        the user's models, with the same guard, budget and memory limit.  Only
+        hooklint's own functions can be named."""
+        module_name, _, attr = function.partition(":")
+        if not module_name.startswith("hooklint.") or not attr:
+            raise ValueError(f"`{function}` is not a hooklint function")
+        target = getattr(importlib.import_module(module_name), attr)
+        return {"value": target(self, **args)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(devnull, 0)
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
     sys.dont_write_bytecode = True
+    # the worker's own argv is not the user's: argparse in model code sees no options
+    sys.argv = [sys.argv[0]]
     _limit_resources(memory_mib)
     import faulthandler
 
@@ -155,27 +224,44 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001
         send({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
         return 1
-    worker = Worker(send)
+    worker = Worker(send, memory_mib)
     send({"event": "ready", "torch": torch.__version__})
     for line in requests:
         request = json.loads(line)
+        worker.budget = float(request.get("budget", 60.0))
+        kind = request["kind"]
         try:
-            if request["kind"] == "file":
-                reply = worker.file(request["path"], request["root"])
+            if kind == "file":
+                reply = worker.file(request["path"], request["root"], request.get("pythonpath", []))
+            elif kind == "factories":
+                reply = worker.factories(request["specs"], request["root"], request.get("pythonpath", []))
             else:
-                reply = worker.factories(request["specs"], request["root"])
-        except Exception as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
-            from hooklint.graph.trace import one_line
-
-            message = f"internal error in the graph analysis ({one_line(exc)}); please report it"
-            if request["kind"] == "file":
-                reply = {"facts": {"path": request["path"], "error": message, "error_kind": "internal"}, "deps": {}}
-            else:
-                reply = {"models": [], "errors": [{"spec": ", ".join(request["specs"]), "reason": message}],
-                         "deps": {}}
+                reply = worker.call(request["function"], request.get("args", {}))
+        except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
+            reply = _internal_failure(request, exc, memory_mib)
         send({"event": "result", **reply})
     out.close()
     return 0
+
+
+def _internal_failure(request: dict[str, Any], exc: BaseException, memory_mib: int) -> dict[str, Any]:
+    from hooklint.graph.trace import one_line
+
+    if isinstance(exc, MemoryError):
+        limit = f" (memory-limit {memory_mib} MiB)" if memory_mib else ""
+        message = f"graph analysis ran out of memory{limit}; raise `memory-limit` in [tool.hooklint]"
+        kind = "memory"
+    elif isinstance(exc, OverBudget):
+        message = f"graph analysis timed out ({exc})"
+        kind = "timeout"
+    else:
+        message = f"internal error in the graph analysis ({one_line(exc)}); please report it"
+        kind = "internal"
+    if request["kind"] == "file":
+        return {"facts": {"path": request["path"], "error": message, "error_kind": kind}, "deps": {}}
+    if request["kind"] == "factories":
+        return {"models": [], "errors": [{"spec": ", ".join(request["specs"]), "reason": message}], "deps": {}}
+    return {"error": message, "error_kind": kind}
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ def analyse_in_process(path: Path) -> tuple[list[Analysed], list]:
         out = []
         with file_session(path, ROOT) as session:
             exec_definitions(session)
-            built = build_instances(session, lambda what: None, NoGuard())
+            built = build_instances(session, lambda what: contextlib.nullcontext())
             describe = describer({session.unique_name: path.stem})
             for item in built.built:
                 facts = analyse_model(item.model, source=item.source, describe=describe, inputs=item.inputs,

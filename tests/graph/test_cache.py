@@ -102,11 +102,95 @@ def test_another_torch_version_or_no_cache_misses(project, monkeypatch):
         _run([model], project)
 
 
-def test_failures_of_the_whole_file_are_not_cached(tmp_path):
+BROKEN = ("import torch.nn as nn\nimport hooklint_no_such_module\n\n"
+          "class Net(nn.Module):\n    def forward(self, x):\n        return x\n")
+
+
+def test_an_import_failure_is_cached_until_the_file_or_the_installed_packages_change(tmp_path, monkeypatch):
     path = tmp_path / "broken.py"
-    path.write_text("import torch.nn as nn\nimport hooklint_no_such_module\n\n"
-                    "class Net(nn.Module):\n    def forward(self, x):\n        return x\n", encoding="utf-8")
+    path.write_text(BROKEN, encoding="utf-8")
     _first, facts, notices = _run([str(path)], tmp_path)
     assert facts[str(path)].error_kind == "import" and len(notices) == 1
-    assert not list(tmp_path.glob(".hooklint_cache/graph/*/*.json")), \
-        "installing the missing package must be enough to fix it"
+    assert "cached" not in notices[0].message
+
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, facts, notices = _run([str(path)], tmp_path)
+    assert second.cached == [str(path)] and second.workers_started == 0
+    assert [n.message for n in notices] == [
+        "graph analysis skipped: importing its definitions failed: ModuleNotFoundError: No module named "
+        "'hooklint_no_such_module' (broken.py:2); cached: not retried until the file changes (--no-cache to "
+        "retry now)"]
+
+    # installing a package (a site-packages folder changes) retries it
+    from hooklint.graph import cache as cache_module
+
+    stamp = cache_module.environment_stamp()
+    monkeypatch.setattr(cache_module, "environment_stamp", lambda: stamp + [["/new/site-packages", 1]])
+    monkeypatch.setattr(WorkerPool, "get", _wanted)
+    with pytest.raises(_WorkerWanted):
+        _run([str(path)], tmp_path)
+
+
+HANGS = """
+import torch.nn as nn
+
+
+class Hang(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        while {condition}:
+            pass
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_a_timeout_is_cached_the_next_run_does_not_wait_and_an_edit_retries(tmp_path, monkeypatch):
+    import time
+
+    path = tmp_path / "hangs.py"
+    path.write_text(HANGS.format(condition="True"), encoding="utf-8")
+    started = time.monotonic()
+    _first, facts, notices = _run([str(path)], tmp_path, timeout=2)
+    assert time.monotonic() - started < 60, "the hang was not stopped"
+    assert [n.level.name for n in notices] == ["ERROR"]
+    assert notices[0].message.startswith("graph analysis timed out after 2 s while building Hang()")
+
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    started = time.monotonic()
+    second, _facts, notices = _run([str(path)], tmp_path, timeout=2)
+    assert time.monotonic() - started < 5 and second.cached == [str(path)]
+    assert [n.level.name for n in notices] == ["ERROR"], "a cached failure keeps its level (and the exit status)"
+    assert notices[0].message.endswith("; cached: not retried until the file changes (--no-cache to retry now)")
+
+    # a longer timeout is another question: not answered from the cache
+    monkeypatch.setattr(WorkerPool, "get", _wanted)
+    with pytest.raises(_WorkerWanted):
+        _run([str(path)], tmp_path, timeout=3)
+
+    monkeypatch.undo()
+    path.write_text(HANGS.format(condition="False"), encoding="utf-8")
+    edited, facts, notices = _run([str(path)], tmp_path, timeout=2)
+    assert edited.imported == [str(path)] and not notices
+    assert [m.class_name for m in facts[str(path)].models] == ["Hang"]
+
+
+def test_a_crash_is_cached_with_the_modules_it_imported(tmp_path, monkeypatch):
+    (tmp_path / "helper.py").write_text("import ctypes\nCRASH = True\n", encoding="utf-8")
+    path = tmp_path / "crashes.py"
+    path.write_text("import ctypes\nimport torch.nn as nn\nfrom helper import CRASH\n\n"
+                    "class Crash(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                    "        if CRASH:\n            ctypes.string_at(0)\n\n"
+                    "    def forward(self, x):\n        return x\n", encoding="utf-8")
+    _first, _facts, notices = _run([str(path)], tmp_path)
+    assert [n.level.name for n in notices] == ["ERROR"] and "crashed the worker" in notices[0].message
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, _facts, notices = _run([str(path)], tmp_path)
+    assert second.cached == [str(path)] and "cached" in notices[0].message
+    # the module it imported changes: retried
+    (tmp_path / "helper.py").write_text("import ctypes\nCRASH = False\n", encoding="utf-8")
+    monkeypatch.undo()
+    third, facts, notices = _run([str(path)], tmp_path)
+    assert third.imported == [str(path)] and not notices and facts[str(path)].models

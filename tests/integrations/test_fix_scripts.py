@@ -317,15 +317,24 @@ class TestHKL101:
         after, r = run_script(path)
         assert after == {"ok": True}, r.stderr
 
-    def test_model_as_argument_gets_the_unsafe_output_hook(self, project):
-        path = project("cam.py", GRADCAM_CLASS)
-        safe_only = hooklint(path.parent, "--fix", "--select", "HKL101", "cam.py")
-        assert safe_only.returncode == 1 and path.read_text() == GRADCAM_CLASS  # unsafe: not applied
-        path = fixed_by(project, "cam.py", GRADCAM_CLASS, "--unsafe-fixes")
+    def test_model_as_argument_gets_the_output_hook(self, project):
+        """The graph follows the argument (`main(ResNetLike())` passes the model,
+        `GradCAM(model, model.layer1[1].bn2)` the layer): it sees `out +=
+        identity` after bn2, so the output-hook fix is applied by --fix."""
+        path = fixed_by(project, "cam.py", GRADCAM_CLASS)
         text = path.read_text()
         assert "self.handle = target_layer.register_forward_hook(output_grad_hook(self.save_gradient))" in text
         after, r = run_script(path)
         assert after == {"ok": True}, r.stderr
+
+    def test_model_as_argument_the_graph_cannot_follow_gets_the_unsafe_output_hook(self, project):
+        text = GRADCAM_CLASS.replace("main(ResNetLike())", "main(ResNetLike() if torch.get_num_threads() else None)")
+        path = project("cam.py", text)
+        safe_only = hooklint(path.parent, "--fix", "--select", "HKL101", "cam.py")
+        assert safe_only.returncode == 1 and path.read_text() == text  # unsafe: not applied
+        path = fixed_by(project, "cam.py", text, "--unsafe-fixes")
+        assert "self.handle = target_layer.register_forward_hook(output_grad_hook(self.save_gradient))" in \
+            path.read_text()
 
     def test_hook_reading_grad_input_before_an_inplace_op_gets_no_fix(self, project):
         path = project("gi.py", RESNET_BN2.replace("grads.append(grad_output[0])", "grads.append(grad_input[0])"))
