@@ -18,6 +18,9 @@ _RULE_MODULES = (
     "hooklint.rules.autograd_function",
     "hooklint.rules.graph_only",
     "hooklint.rules.runtime_only",
+    "hooklint.rules.grads_diverge_across_ranks",
+    "hooklint.rules.grad_edit_races_allreduce",
+    "hooklint.rules.param_hook_under_fsdp",
 )
 
 

@@ -541,10 +541,14 @@ def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site
 # -- HKL503 ---------------------------------------------------------------------
 
 
-def parameters_without_grad(info: "BackwardInfo") -> Iterator[Observation]:
+def parameters_without_grad(info: "BackwardInfo", elsewhere=None) -> Iterator[Observation]:
+    """``elsewhere(param)``: True for a parameter whose gradient an engine moves to
+    another tensor (FSDP2's unsharded parameters: their `.grad` goes to the sharded one)."""
     roots: describe.Roots | None = None
     for param, node, slot, _seq in info.leaves:
         if not param.requires_grad:
+            continue
+        if elsewhere is not None and elsewhere(param):
             continue
         from hooklint.runtime.core import grad_of
 

@@ -1,0 +1,947 @@
+"""Run-time checks under ``torch.distributed``: DDP and FSDP2.
+
+An extension of the run-time layer (``core.Runtime.extensions``): installed with
+the patches when a session starts, removed when the last one ends.  It knows
+which parameters an engine manages and observes what hooks do to them:
+
+- DDP: ``DistributedDataParallel.__init__`` names the parameters it manages,
+  its ``forward`` says whether the next backward all-reduces (not under
+  ``no_sync()``).  A module backward hook that writes ``.grad`` of such a
+  parameter after its gradient was accumulated (DDP has copied it into its
+  bucket already and writes the all-reduced bucket back at the end of
+  backward), and a post-accumulate-grad hook that updates the parameter from
+  its ``.grad`` (the local gradient: the all-reduce runs after the hook) are
+  HKL602.
+- FSDP2: ``FSDPParam.__init__`` (``fully_shard``) names the sharded
+  parameters; tensor hooks left on the parameter it replaces, and tensor hooks
+  registered on the sharded parameter, never run (HKL603, judged after a
+  backward in which FSDP computed that parameter's gradient).  A module
+  backward hook that reads ``.grad`` of a sharded parameter before FSDP wrote
+  this backward's gradient into it is HKL602.
+- HKL601: at the end of every backward whose gradients are meant to be the
+  same on every rank (a DDP forward that synchronises, or a hook that called
+  a ``torch.distributed`` collective on a parameter or its gradient), a
+  checksum of each such gradient is all-gathered and compared.  The end of
+  backward comes before any optimizer step can use them.
+
+FSDP's modules are imported by the program, never by hooklint: its classes
+are patched when the program imports them (an import hook while a session is
+active), so sessions of programs without FSDP pay nothing for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import types
+import weakref
+from typing import Any, Iterable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
+
+from hooklint.runtime import describe, frames
+from hooklint.runtime.frames import Site
+from hooklint.runtime.observation import Observation
+from hooklint.static.hooks import HookKind
+
+_FSDP_PARAM_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_param"
+_DTENSOR_MODULE = "torch.distributed.tensor._api"
+_GRAD = torch._C.TensorBase.grad
+# The collectives a hand-written gradient sync calls (torch.distributed's names).
+_COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                "reduce_scatter_tensor", "all_reduce_coalesced")
+_HOOK_WRAPPER_NAMES = frozenset({"hooklint_tensor_hook", "hooklint_post_accumulate_hook", "hooklint_module_hook"})
+_CHECK_TIMEOUT = float(os.environ.get("HOOKLINT_DIST_CHECK_TIMEOUT", "300"))
+# Relative difference of a gradient's sum or squared norm across ranks that counts as a
+# divergence, once the bits differ: reductions in another order change the last bits only.
+_TOLERANCE = 1e-6
+
+_ENGINE_HELP = {
+    "HKL201": {
+        "fsdp2": "Under FSDP2 a parameter tensor hook never runs (HKL603): register "
+                 "`param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard`; it "
+                 "runs once `param.grad` holds this rank's shard of the reduced gradient (a DTensor: multiply it by "
+                 "a mask distributed the same way, `distribute_tensor(mask, param.grad.device_mesh, "
+                 "param.grad.placements)`, or edit `param.grad.to_local()`).",
+        "ddp": "Edit the gradient from a hook on the parameter itself, which DDP keeps: "
+               "`param.register_hook(lambda g: ...)` runs before accumulation and may return a new gradient; "
+               "`param.register_post_accumulate_grad_hook(fn)` runs once `param.grad` holds this backward's local "
+               "gradient. Both run before DDP's all-reduce, so the edit is part of what is averaged; a module hook's "
+               "edit of `.grad` is overwritten by it (HKL602).",
+    },
+    "HKL203": {
+        "fsdp2": " Under FSDP2, `param.grad` is this rank's shard of the gradient, already reduce-scattered (a "
+                 "DTensor).",
+        "ddp": " Under DDP the hook runs before the all-reduce, on the local gradient: edit `param.grad` there and "
+               "let DDP average it; do not all-reduce it yourself.",
+    },
+}
+
+
+def extension() -> "DistributedExtension | None":
+    if not dist.is_available():
+        return None
+    return DistributedExtension()
+
+
+# -- what an engine manages -------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Managed:
+    """A parameter an engine manages."""
+
+    engine: str  # "ddp" or "fsdp2"
+    name: str  # as the engine names it (DDP: `module.0.weight`), the same on every rank
+    owner: Any  # weakref to the DDP module, or the FSDPParam
+
+
+@dataclasses.dataclass
+class DdpWrite:
+    """A module backward hook wrote `.grad` of a DDP-managed parameter after accumulation."""
+
+    rec: Any
+    module_text: str
+    param_text: str
+    param_ref: weakref.ref
+    written: torch.Tensor | None
+    changed: torch.Tensor | None
+    site: Site
+    task_id: int
+
+
+@dataclasses.dataclass
+class ShardedRead:
+    """A module backward hook read `.grad` of an FSDP-sharded parameter."""
+
+    rec: Any
+    param_ref: weakref.ref
+    was_none: bool
+    grad_ref: Any
+    version: int
+    site: Site
+    module_text: str
+    param_text: str
+
+
+@dataclasses.dataclass
+class PendingFsdpHook:
+    """A tensor hook on a parameter FSDP manages: it should run in every backward
+    that computes that parameter's gradient."""
+
+    rec: Any
+    fsdp_param: Any  # weakref to the FSDPParam
+    before: bool  # registered on the parameter fully_shard replaced
+    shard_site: Site | None
+
+
+@dataclasses.dataclass
+class HandSync:
+    """A hook called a collective on a parameter (or its gradient) during a backward."""
+
+    param_ref: weakref.ref
+    name: str
+    hooks: dict  # (what, site) -> what the collective was called on
+
+
+class DistributedExtension:
+    def __init__(self) -> None:
+        self.rt: Any = None
+        self.originals: list[tuple[Any, str, Any, bool]] = []
+        self.managed: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> Managed
+        self.ddp_modules: weakref.WeakSet = weakref.WeakSet()
+        self.ddp_synced: WeakIdKeyDictionary = WeakIdKeyDictionary()  # DDP module -> its last forward synchronises
+        self.fsdp_params: list[weakref.ref] = []
+        self.engines: set[str] = set()
+        self.lock = threading.Lock()
+        self.ddp_writes: list[DdpWrite] = []
+        self.sharded_reads: dict[tuple[int, int], ShardedRead] = {}
+        self.fsdp_hooks: list[PendingFsdpHook] = []
+        self.hand_synced: dict[int, HandSync] = {}
+        self.touched: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> {(what, site)}
+        self.finder: _ImportWatcher | None = None
+        self.divergence_checks = True
+
+    # -- lifecycle ------------------------------------------------------------
+    def install(self, rt) -> None:
+        self.rt = rt
+        from torch.nn.parallel import DistributedDataParallel
+
+        self._patch(DistributedDataParallel, "__init__", self._ddp_init(DistributedDataParallel.__init__))
+        self._patch(DistributedDataParallel, "forward", self._ddp_forward(DistributedDataParallel.forward))
+        for name in _COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is not None:
+                self._patch(dist, name, self._collective(original))
+        if _FSDP_PARAM_MODULE in sys.modules:
+            self._patch_fsdp()
+        else:
+            self.finder = _ImportWatcher(_FSDP_PARAM_MODULE, self._fsdp_imported)
+            sys.meta_path.insert(0, self.finder)
+
+    def uninstall(self, rt) -> None:
+        if self.finder is not None:
+            if self.finder in sys.meta_path:
+                sys.meta_path.remove(self.finder)
+            self.finder = None
+        for owner, name, original, had in reversed(self.originals):
+            if had:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+        self.originals = []
+
+    def _patch(self, owner: Any, name: str, replacement: Any) -> None:
+        had = name in vars(owner)
+        self.originals.append((owner, name, vars(owner).get(name), had))
+        setattr(owner, name, replacement)
+
+    def _fsdp_imported(self) -> None:
+        if self.rt is not None and self.rt.active:
+            try:
+                self._patch_fsdp()
+            except Exception as exc:  # noqa: BLE001 - FSDP stays unobserved, the program runs on
+                self.rt.internal_error(self.rt.sessions_here(), exc)
+
+    def _patch_fsdp(self) -> None:
+        fsdp_param = sys.modules[_FSDP_PARAM_MODULE]
+        from torch.distributed.tensor import DTensor
+
+        if any(owner is fsdp_param.FSDPParam for owner, *_ in self.originals):
+            return
+        self._patch(fsdp_param.FSDPParam, "__init__", self._fsdp_param_init(fsdp_param.FSDPParam.__init__))
+        self._patch(DTensor, "grad", self._dtensor_grad())
+
+    # -- engines ----------------------------------------------------------------
+    def _ddp_init(self, original):
+        ext = self
+
+        def __init__(ddp, module, *args, **kwargs):
+            original(ddp, module, *args, **kwargs)
+            try:
+                ext.ddp_wrapped(ddp)
+            except Exception as exc:  # noqa: BLE001
+                ext.rt.internal_error(ext.rt.sessions_here(), exc)
+
+        __init__.__wrapped__ = original
+        return __init__
+
+    def ddp_wrapped(self, ddp) -> None:
+        ignored = getattr(ddp, "parameters_to_ignore", set())
+        ref = weakref.ref(ddp)
+        with self.lock:
+            self.engines.add("ddp")
+            self.ddp_modules.add(ddp)
+            for name, param in ddp.module.named_parameters():
+                if param.requires_grad and name not in ignored:
+                    self.managed[param] = Managed("ddp", f"module.{name}", ref)
+
+    def _ddp_forward(self, original):
+        ext = self
+
+        def forward(ddp, *args, **kwargs):
+            ext.ddp_synced[ddp] = torch.is_grad_enabled() and bool(getattr(ddp, "require_backward_grad_sync", True))
+            return original(ddp, *args, **kwargs)
+
+        forward.__wrapped__ = original
+        return forward
+
+    def _fsdp_param_init(self, original):
+        ext = self
+
+        def __init__(fsdp_param, param, module_info, *args, **kwargs):
+            hooks = _wrapped_records(param)
+            original(fsdp_param, param, module_info, *args, **kwargs)
+            try:
+                ext.fsdp_param_created(fsdp_param, module_info, hooks)
+            except Exception as exc:  # noqa: BLE001
+                ext.rt.internal_error(ext.rt.sessions_here(), exc)
+
+        __init__.__wrapped__ = original
+        return __init__
+
+    def fsdp_param_created(self, fsdp_param, module_info, hooks: list) -> None:
+        sharded = fsdp_param.sharded_param
+        caller = frames.user_frame(2)
+        shard_site = frames.site_of(caller) if caller is not None else None
+        ref = weakref.ref(fsdp_param)
+        with self.lock:
+            self.engines.add("fsdp2")
+            self.fsdp_params.append(ref)
+            self.managed[sharded] = Managed("fsdp2", module_info.param_name, ref)
+            for rec in hooks:
+                if rec.kind in (HookKind.TENSOR, HookKind.POST_ACCUMULATE):
+                    self.fsdp_hooks.append(PendingFsdpHook(rec, ref, True, shard_site))
+
+    def adopted(self, module: nn.Module | None) -> None:
+        """`session.watch(model)` on a model wrapped before the session started."""
+        if module is None:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+
+        for sub in module.modules():
+            if isinstance(sub, DistributedDataParallel) and sub not in self.ddp_modules:
+                self.ddp_wrapped(sub)
+            state = getattr(sub, "_get_fsdp_state", None)
+            if state is not None:
+                try:
+                    group = state()._fsdp_param_group
+                except Exception:  # noqa: BLE001 - not an FSDP module after all
+                    group = None
+                for fsdp_param in getattr(group, "fsdp_params", None) or ():
+                    if fsdp_param.sharded_param not in self.managed:
+                        self.fsdp_param_created(fsdp_param, fsdp_param._module_info, [])
+
+    def engine_of(self, param: Any) -> Managed | None:
+        """The engine managing ``param``: a DDP parameter, an FSDP sharded parameter, or
+        the unsharded parameter FSDP gathers for forward and backward."""
+        if param is None:
+            return None
+        found = self.managed.get(param)
+        if found is not None:
+            return found
+        if self.fsdp_params:
+            for ref in self.fsdp_params:
+                fsdp_param = ref()
+                if fsdp_param is not None and getattr(fsdp_param, "_unsharded_param", None) is param:
+                    return self.managed.get(fsdp_param.sharded_param)
+        return None
+
+    # -- registrations and hook calls --------------------------------------------------------
+    def hook_bound(self, rec) -> None:
+        if rec.kind is not HookKind.TENSOR:
+            return
+        target = rec.target()
+        managed = self.managed.get(target) if target is not None else None
+        if managed is not None and managed.engine == "fsdp2":
+            with self.lock:
+                self.fsdp_hooks.append(PendingFsdpHook(rec, managed.owner, False, None))
+
+    def module_hook_after_accumulation(self, rec, module, accesses: list, task_id: int) -> None:
+        """A module backward hook touched `.grad` of parameters whose gradient had arrived."""
+        from hooklint.runtime.core import grad_of
+        from hooklint.runtime.observe import _bits, same_values
+
+        for access in accesses:
+            param = access.param_ref()
+            managed = self.engine_of(param)
+            if managed is None:
+                continue
+            key = (rec.what(), rec.site)
+            self.touched.setdefault(param, {})[key] = None
+            if managed.engine != "ddp" or not self._ddp_syncs(managed):
+                continue
+            now = grad_of(param)
+            before = access.before
+            if access.assigned:
+                wrote = True
+            elif before is None:
+                wrote = now is not None
+            else:
+                wrote = now is None or not same_values(now, before)
+            if not wrote:
+                continue
+            written = now.detach().clone() if now is not None else None
+            changed = None
+            if written is not None and before is not None and before.shape == written.shape \
+                    and before.dtype == written.dtype:
+                changed = _bits(written) != _bits(before)
+            module_text = describe.describe_module(module, rec.roots)
+            with self.lock:
+                self.ddp_writes.append(DdpWrite(rec, module_text,
+                                                describe.describe_parameter(param, module, rec.roots, module_text),
+                                                weakref.ref(param), written, changed, access.site, task_id))
+
+    def post_accumulate_ran(self, rec, param, version: int, call) -> None:
+        managed = self.engine_of(param)
+        if managed is None:
+            return
+        self.touched.setdefault(param, {})[(rec.what(), rec.site)] = None
+        if managed.engine == "ddp" and self._ddp_syncs(managed) and id(param) in call.accesses \
+                and param._version != version:
+            self.rt.emit(rec.sessions, _local_gradient_update(rec, managed))
+
+    def gradient_elsewhere(self, param) -> bool:
+        """FSDP2's unsharded parameters: their gradient is reduce-scattered into the
+        sharded parameter's `.grad`, theirs is None after backward by design."""
+        managed = self.engine_of(param) if self.fsdp_params else None
+        return managed is not None and managed.engine == "fsdp2" and self.managed.get(param) is not managed
+
+    def _ddp_syncs(self, managed: Managed) -> bool:
+        ddp = managed.owner()
+        return ddp is not None and self.ddp_synced.get(ddp, False)
+
+    def _dtensor_grad(self) -> property:
+        ext = self
+        tls = self.rt.tls
+
+        def get(tensor):
+            grad = _GRAD.__get__(tensor, type(tensor))
+            call = tls.call
+            if call is not None and call.rec.kind.is_module_backward:
+                try:
+                    ext.sharded_grad_read(call.rec, tensor, grad, sys._getframe(1))
+                except Exception as exc:  # noqa: BLE001
+                    ext.rt.internal_error(call.rec.sessions, exc)
+            return grad
+
+        def set_(tensor, value):
+            _GRAD.__set__(tensor, value)
+
+        def delete(tensor):
+            _GRAD.__delete__(tensor)
+
+        return property(get, set_, delete, _GRAD.__doc__)
+
+    def sharded_grad_read(self, rec, param, grad, frame: types.FrameType) -> None:
+        managed = self.managed.get(param)
+        if managed is None or managed.engine != "fsdp2":
+            return
+        key = (id(rec), id(param))
+        if key in self.sharded_reads:
+            return
+        fsdp_param = managed.owner()
+        module = getattr(getattr(fsdp_param, "_module_info", None), "module", None)
+        module_text = describe.describe_module(module, rec.roots) if module is not None else "its module"
+        param_text = describe.describe_parameter(param, module, rec.roots, module_text)
+        with self.lock:
+            self.sharded_reads[key] = ShardedRead(rec, weakref.ref(param), grad is None,
+                                                  weakref.ref(grad) if grad is not None else None,
+                                                  _version_of(grad),
+                                                  frames.site_of(frame), module_text, param_text)
+
+    def _collective(self, original):
+        ext = self
+
+        def collective(tensor, *args, **kwargs):
+            if ext.rt is not None and ext.rt.active and isinstance(tensor, torch.Tensor):
+                try:
+                    ext.collective_called(original.__name__, tensor, sys._getframe(1))
+                except Exception as exc:  # noqa: BLE001
+                    ext.rt.internal_error(ext.rt.sessions_here(), exc)
+            return original(tensor, *args, **kwargs)
+
+        collective.__wrapped__ = original
+        collective.__name__ = original.__name__
+        collective.__doc__ = original.__doc__
+        return collective
+
+    def collective_called(self, collective: str, tensor: torch.Tensor, frame: types.FrameType | None) -> None:
+        """A collective called from inside one of the user's hooks, during a backward,
+        on a parameter or its gradient: that parameter's gradient is meant to be the
+        same on every rank."""
+        from hooklint.runtime.core import current_task_id, grad_of
+
+        if current_task_id() < 0:
+            return
+        rec, wrapper_frame = None, None
+        for _ in range(40):
+            if frame is None:
+                return
+            if frame.f_code.co_name in _HOOK_WRAPPER_NAMES and frames.is_hooklint(frame):
+                rec, wrapper_frame = frame.f_locals.get("rec"), frame
+                break
+            frame = frame.f_back
+        if rec is None or wrapper_frame is None:
+            return
+        target = rec.target()
+        if isinstance(target, nn.Module):
+            candidates = list(target.parameters())
+        elif isinstance(target, torch.Tensor) and isinstance(target, nn.Parameter):
+            candidates = [target]
+        else:
+            return
+        for param in candidates:
+            what = _same_storage_as(tensor, param, grad_of(param), wrapper_frame.f_locals.get("grad"))
+            if what is None:
+                continue
+            managed = self.engine_of(param)
+            if managed is not None and managed.engine == "fsdp2":
+                return  # FSDP reduces its own shards; a rank holds a different shard of each
+            name = managed.name if managed is not None else _label_name(rec, param)
+            with self.lock:
+                entry = self.hand_synced.get(id(param))
+                if entry is None or entry.param_ref() is not param:
+                    entry = self.hand_synced[id(param)] = HandSync(weakref.ref(param), name, {})
+                entry.hooks[(rec.what(), rec.site)] = f"`dist.{collective}` on {what}"
+            self.touched.setdefault(param, {})[(rec.what(), rec.site)] = None
+            if rec.kind is HookKind.POST_ACCUMULATE and what == "the parameter itself":
+                self.rt.emit(rec.sessions, _collective_on_parameter(rec, collective))
+            return
+
+    # -- end of backward ----------------------------------------------------------------
+    def backward_ended(self, info, failed: bool) -> None:
+        leaves = {id(p) for p, _node, _slot, _seq in info.leaves}
+        self._conclude_sharded_reads(info, failed)
+        if failed:
+            with self.lock:
+                self.ddp_writes = [w for w in self.ddp_writes if w.task_id != info.task_id]
+            return
+        self._conclude_ddp_writes(info)
+        self._conclude_fsdp_hooks(info, leaves)
+        if info.accumulate:
+            self._compare_across_ranks(info, leaves)
+
+    def _conclude_ddp_writes(self, info) -> None:
+        from hooklint.runtime.core import grad_of
+        from hooklint.runtime.observe import same_values
+
+        with self.lock:
+            mine = [w for w in self.ddp_writes if w.task_id == info.task_id]
+            self.ddp_writes = [w for w in self.ddp_writes if w.task_id != info.task_id and w.param_ref() is not None]
+        for write in mine:
+            param = write.param_ref()
+            if param is None:
+                continue
+            final = grad_of(param)
+            if write.written is None:
+                lost = final is not None
+            elif final is None or final.shape != write.written.shape:
+                lost = True
+            elif write.changed is not None and bool(write.changed.any()):
+                lost = not same_values(final[write.changed], write.written[write.changed])
+            else:
+                lost = not same_values(final, write.written)
+            self.rt.emit(write.rec.sessions, _ddp_write(write, lost, info.site))
+
+    def _conclude_sharded_reads(self, info, failed: bool) -> None:
+        from hooklint.runtime.core import grad_of
+
+        with self.lock:
+            reads, self.sharded_reads = list(self.sharded_reads.values()), {}
+        for read in reads:
+            param = read.param_ref()
+            if param is None:
+                continue
+            final = grad_of(param)
+            if not failed:
+                earlier = read.grad_ref() if read.grad_ref is not None else None
+                if final is not None and earlier is final and _version_of(final) == read.version:
+                    continue  # it read the gradient FSDP wrote in this backward
+                if final is None and read.was_none:
+                    continue  # no gradient this backward either: nothing was early
+            self.rt.emit(read.rec.sessions, _sharded_read(read, failed))
+
+    def _conclude_fsdp_hooks(self, info, leaves: set[int]) -> None:
+        with self.lock:
+            self.fsdp_hooks = [item for item in self.fsdp_hooks
+                               if item.fsdp_param() is not None and item.rec.live and not item.rec.removed]
+            pending = list(self.fsdp_hooks)
+        for item in pending:
+            fsdp_param = item.fsdp_param()
+            if fsdp_param is None:
+                continue
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is None or id(unsharded) not in leaves or item.rec.fired:
+                continue  # FSDP computed no gradient for it in this backward, or the hook ran after all
+            self.rt.emit(item.rec.sessions, _fsdp_hook_never_runs(item, fsdp_param, info.site))
+
+    # -- HKL601 ------------------------------------------------------------------------
+    def _compare_across_ranks(self, info, leaves: set[int]) -> None:
+        from hooklint.runtime.core import grad_of
+
+        with self.lock:
+            hand, self.hand_synced = self.hand_synced, {}
+        if not self.divergence_checks or not dist.is_initialized() or dist.get_world_size() < 2:
+            return
+        compared: dict[str, torch.Tensor] = {}
+        params: dict[str, torch.Tensor] = {}
+        for ddp in list(self.ddp_modules):
+            if not self.ddp_synced.get(ddp, False):
+                continue
+            managed_here = [(m.name, p) for p, m in list(self.managed.items())
+                            if m.engine == "ddp" and m.owner() is ddp and id(p) in leaves]
+            if not managed_here:
+                continue
+            self.ddp_synced[ddp] = False  # this forward's backward has been checked
+            for name, param in managed_here:
+                params[name] = param
+        for entry in hand.values():
+            param = entry.param_ref()
+            if param is not None:
+                params.setdefault(entry.name, param)
+        if not params:
+            return
+        for name, param in params.items():
+            grad = grad_of(param)
+            if grad is not None and not grad.is_sparse and type(grad) is torch.Tensor:
+                compared[name] = grad
+        payload = _checksums(compared)
+        try:
+            gathered: list = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, payload, group=_check_group())
+        except Exception as exc:  # noqa: BLE001 - stop checking rather than break the program
+            self.divergence_checks = False
+            self.rt.internal_error(info.sessions, RuntimeError(
+                f"HKL601 checks stopped: gathering gradient checksums failed ({type(exc).__name__}: {exc})"))
+            return
+        for name in sorted(compared):
+            values = [ranked.get(name) if isinstance(ranked, dict) else None for ranked in gathered]
+            if any(v is None for v in values) or not _differ(values):
+                continue
+            param = params[name]
+            hooks = self._hooks_touching(param, hand)
+            self.rt.emit(info.sessions, _diverged(name, param, values, hooks, info.site, name in {
+                e.name for e in hand.values()}))
+
+    def _hooks_touching(self, param, hand: dict) -> list[tuple[str, Site, str]]:
+        found: dict[tuple[str, Site], str] = {}
+        for rec in list(self.rt.records.values()):
+            if rec.target() is param and rec.in_force():
+                found.setdefault((rec.what(), rec.site), "")
+        for key in self.touched.get(param, {}):
+            found.setdefault(key, "")
+        for entry in hand.values():
+            if entry.param_ref() is param:
+                for key, how in entry.hooks.items():
+                    found[key] = how
+        return [(what, site, how) for (what, site), how in found.items()]
+
+    # -- help that works under the engine in use --------------------------------------------
+    def rewrite(self, obs: Observation) -> Observation:
+        extra = _ENGINE_HELP.get(obs.code)
+        if not extra or not self.engines:
+            return obs
+        engine = "fsdp2" if "fsdp2" in self.engines else "ddp"
+        if obs.code == "HKL201":
+            return dataclasses.replace(obs, help=extra[engine])
+        return dataclasses.replace(obs, help=obs.help + extra[engine])
+
+
+# -- helpers ------------------------------------------------------------------------
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls ``callback`` once ``name`` has been imported (by the program)."""
+
+    def __init__(self, name: str, callback):
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        callback = self.callback
+        exec_module = loader.exec_module
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                exec_module(module)
+                callback()
+
+        spec.loader = _Loader()
+        return spec
+
+
+def _version_of(grad: Any) -> int:
+    """A DTensor's version counter does not move when FSDP accumulates into its local
+    tensor in place; the local tensor's does."""
+    if grad is None:
+        return -1
+    local = getattr(grad, "_local_tensor", None)
+    return local._version if isinstance(local, torch.Tensor) else grad._version
+
+
+def _wrapped_records(param: Any) -> list:
+    from hooklint.runtime.core import _WRAPPER_ATTR
+
+    found = []
+    for attr in ("_backward_hooks", "_post_accumulate_grad_hooks"):
+        hooks = getattr(param, attr, None)
+        for hook in (hooks or {}).values():
+            rec = getattr(hook, _WRAPPER_ATTR, None)
+            if rec is not None and rec.live:
+                found.append(rec)
+    return found
+
+
+def _same_storage_as(tensor: torch.Tensor, param: torch.Tensor, grad: torch.Tensor | None,
+                     incoming: Any) -> str | None:
+    """What ``tensor`` is, seen from ``param``: the parameter itself (or its `.data`),
+    its `.grad`, the gradient a tensor hook received; None for another tensor."""
+    def same(a: Any, b: Any) -> bool:
+        return isinstance(b, torch.Tensor) and (a is b or (a.numel() > 0 and a.data_ptr() == b.data_ptr()
+                                                           and a.shape == b.shape))
+
+    if same(tensor, param):
+        return "the parameter itself"
+    if grad is not None and same(tensor, grad):
+        return "its `.grad`"
+    if isinstance(incoming, torch.Tensor) and same(tensor, incoming):
+        return "the gradient the hook received"
+    return None
+
+
+def _label_name(rec, param) -> str:
+    name = rec.roots.parameter_name(param)
+    return name or f"a parameter of shape {describe.shape_text(param)}"
+
+
+_groups: dict[int, Any] = {}
+
+
+def _check_group():
+    """The group HKL601 gathers checksums on: the default group when it is gloo,
+    otherwise a gloo group of every rank (created once, by every rank, at the end of
+    the same backward)."""
+    world = dist.group.WORLD
+    if dist.get_backend() == "gloo":
+        return world
+    group = _groups.get(id(world))
+    if group is None:
+        group = _groups[id(world)] = dist.new_group(backend="gloo",
+                                                   timeout=datetime.timedelta(seconds=_CHECK_TIMEOUT))
+    return group
+
+
+def _checksums(grads: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """Per gradient: (numel, a sum of its bits, its sum, its squared norm, the sum of
+    its absolute values).  One pass each over the gradient, no copy kept."""
+    out = {}
+    for name, grad in grads.items():
+        flat = grad.detach().reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        if flat.is_floating_point() and flat.element_size() in (2, 4, 8):
+            as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+            bits = int(flat.view(as_int).sum(dtype=torch.int64))
+        else:
+            bits = int(flat.sum(dtype=torch.int64)) if not flat.is_floating_point() else 0
+        as_double = flat.double()
+        out[name] = (flat.numel(), bits, float(as_double.sum()), float(as_double.dot(as_double)),
+                     float(as_double.abs().sum()))
+    return out
+
+
+def _differ(values: list[tuple]) -> bool:
+    """Whether the checksums of one gradient differ across ranks beyond what summing in
+    another order can do (the bits differ and so do the sum or the squared norm, by
+    more than ``_TOLERANCE`` of their magnitude)."""
+    first = values[0]
+    for other in values[1:]:
+        if other[0] != first[0]:
+            return True
+        if other[1] == first[1] and other[2:] == first[2:]:
+            continue
+        l1 = max(first[4], other[4], 1e-300)
+        squares = max(first[3], other[3], 1e-300)
+        if abs(first[2] - other[2]) > _TOLERANCE * l1 or abs(first[3] - other[3]) > _TOLERANCE * squares:
+            return True
+    return False
+
+
+def _hooks_text(hooks: list[tuple[str, Site, str]]) -> str:
+    if not hooks:
+        return "no hook of the program touched it"
+    parts = [f"{what} ({site}{': ' + how if how else ''})" for what, site, how in hooks[:4]]
+    if len(hooks) > 4:
+        parts.append(f"{len(hooks) - 4} more")
+    return "hooks that touched it: " + ", ".join(parts)
+
+
+def _diverged(name: str, param, values: list[tuple], hooks: list, backward_site: Site,
+              hand_synced: bool) -> Observation:
+    per_rank = "; ".join(f"rank {rank}: sum {v[2]:.6g}, norm {v[3] ** 0.5:.6g}" for rank, v in enumerate(values))
+    if hand_synced:
+        why = ("its hooks call a torch.distributed collective during backward to synchronise it, yet the ranks "
+               "end with different gradients")
+        help_text = ("Synchronise the gradient, not the parameter: in a post-accumulate-grad hook, "
+                     "`dist.all_reduce(param.grad); param.grad /= world_size` (or wrap the model in "
+                     "DistributedDataParallel, which does it).")
+    else:
+        why = "DDP all-reduces it during this backward, yet the ranks end with different gradients"
+        help_text = ("Find what changes the gradient after DDP's all-reduce, or on one rank only: a hook that edits "
+                     "`.grad` differently per rank, a module used outside the DDP wrapper; edit gradients with "
+                     "`param.register_hook` or a post-accumulate-grad hook, which run before the all-reduce.")
+    with_hooks = [h for h in hooks if h[2]] or hooks
+    site = with_hooks[0][1] if len(with_hooks) == 1 or len({h[1] for h in with_hooks}) == 1 else backward_site
+    related = [backward_site.related("the backward after which the gradients differ")] if site != backward_site \
+        else []
+    related += [s.related(f"{what} touched it") for what, s, _how in hooks if s != site][:4]
+    return Observation(
+        code="HKL601",
+        key=("HKL601", site, backward_site),
+        site=site,
+        message=f"after the backward at {backward_site}, before the optimizer step, the gradient of `{name}` "
+        f"(shape {describe.shape_text(param)}) differs across ranks ({per_rank}): {why}; {_hooks_text(hooks)}; "
+        f"the optimizer step that follows moves each replica differently",
+        help=help_text,
+        expected=f"the gradient of `{name}` is the same on every rank after backward",
+        observed=f"different gradients ({per_rank})",
+        related=tuple(related),
+        subject=f"`{name}`",
+        subject_noun="parameter",
+    )
+
+
+def _collective_on_parameter(rec, collective: str) -> Observation:
+    target = rec.target_text()
+    return Observation(
+        code="HKL203",
+        key=("HKL203", rec.site, rec.name, "collective"),
+        site=rec.site,
+        message=f"{rec.what()} called `dist.{collective}` on its argument, the parameter {target} itself: the "
+        f"argument of a post-accumulate-grad hook is the parameter, not its gradient, so the weights were combined "
+        f"across ranks and `.grad` stayed local",
+        help=f"Call it on the gradient: `dist.{collective}(param.grad)` (then divide by the world size for a "
+        "mean), and return nothing.",
+        expected="the hook reduces `param.grad`",
+        observed=f"`dist.{collective}` on the parameter",
+        subject=target,
+        subject_noun=rec.subject_noun,
+    )
+
+
+def _ddp_write(write: DdpWrite, lost: bool, backward_site: Site) -> Observation:
+    rec = write.rec
+    outcome = ("the edit was lost: after backward `.grad` holds DDP's all-reduced gradient, without the edit" if lost
+               else "this time the edit is still there after backward, by the order in which the bucket was "
+                    "reduced, not by design")
+    return Observation(
+        code="HKL602",
+        key=("HKL602", rec.site, rec.name, "ddp-write", lost),
+        site=rec.site,
+        message=f"{rec.what()} on {write.module_text} wrote `.grad` of {write.param_text}, a parameter "
+        f"DistributedDataParallel manages, after its gradient was accumulated: DDP had already copied that "
+        f"gradient into its bucket for the all-reduce and writes the reduced bucket back into `.grad` at the end "
+        f"of backward; {outcome}",
+        help="Edit the gradient before DDP reads it: `param.register_hook(lambda g: ...)` (returns the new "
+        "gradient) or `param.register_post_accumulate_grad_hook(fn)` (edits `param.grad` in place); both run "
+        "before the all-reduce, so the edit is averaged like the gradient.",
+        expected=f"what the hook writes into `.grad` of {write.param_text} is what it holds after backward",
+        observed="the hook wrote `.grad` after DDP had taken the gradient for its all-reduce"
+        + ("; the edit was lost" if lost else ""),
+        related=(write.site.related("`.grad` written here"), backward_site.related("the backward")),
+        subject=write.param_text,
+        subject_noun="parameter",
+    )
+
+
+def _local_gradient_update(rec, managed: Managed) -> Observation:
+    target = rec.target_text()
+    return Observation(
+        code="HKL602",
+        key=("HKL602", rec.site, rec.name, "ddp-update"),
+        site=rec.site,
+        message=f"{rec.what()} on {target}, a parameter DistributedDataParallel manages, read `.grad` and changed "
+        f"the parameter: the hook runs inside AccumulateGrad, before DDP all-reduces that gradient, so it "
+        f"updated the weights from this rank's local gradient and the replicas drift apart",
+        help="Under DDP, step the optimizer after `backward()` (the all-reduce has finished then), or run the update "
+        "from a DDP communication hook (`ddp.register_comm_hook`) after the all-reduce.",
+        expected="parameters updated from the all-reduced gradient, the same on every rank",
+        observed="the hook updated the parameter from the local gradient, before the all-reduce",
+        subject=target,
+        subject_noun="parameter",
+    )
+
+
+def _sharded_read(read: ShardedRead, failed: bool) -> Observation:
+    rec = read.rec
+    saw = "None" if read.was_none else "the previous step's sharded gradient (a DTensor), not this backward's"
+    after = ("; the backward then failed" if failed else
+             "; FSDP wrote this backward's gradient into it only after the hook ran")
+    return Observation(
+        code="HKL602",
+        key=("HKL602", rec.site, rec.name, "fsdp-read", read.was_none),
+        site=rec.site,
+        message=f"{rec.what()} on {read.module_text} read `.grad` of {read.param_text} while FSDP2 held it "
+        f"sharded: the hook ran before FSDP gathered the module's parameters for its backward, and `.grad` was "
+        f"{saw}{after}",
+        help=_ENGINE_HELP["HKL201"]["fsdp2"],
+        expected=f"`.grad` of {read.param_text} holds this backward's gradient when the hook reads it",
+        observed=f"`.grad` was {saw}",
+        related=(read.site.related("`.grad` read here"),),
+        subject=read.param_text,
+        subject_noun="parameter",
+    )
+
+
+def _fsdp_hook_never_runs(item: PendingFsdpHook, fsdp_param, backward_site: Site) -> Observation:
+    rec = item.rec
+    target = rec.target_text()
+    if item.before:
+        when = ("was registered before `fully_shard`, which replaced the parameter by a sharded DTensor "
+                "parameter: the hook stays on the old tensor, which no backward reaches")
+    else:
+        when = ("is registered on the sharded DTensor parameter FSDP2 keeps between steps; gradients flow to the "
+                "unsharded parameter FSDP gathers for each forward and are reduce-scattered into `.grad`, never "
+                "through the sharded one")
+    related = [backward_site.related("the backward that computed the gradient without running the hook")]
+    if item.shard_site is not None:
+        related.insert(0, item.shard_site.related("`fully_shard` replaced the parameter here"))
+    kind = "post-accumulate-grad hook" if rec.kind is HookKind.POST_ACCUMULATE else "tensor hook"
+    return Observation(
+        code="HKL603",
+        key=("HKL603", rec.site, rec.name, item.before),
+        site=rec.site,
+        message=f"{rec.what()} on {target} {when}; FSDP computed that parameter's gradient in the backward at "
+        f"{backward_site} and the {kind} did not run",
+        help="Register `param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard` "
+        "(`for p in model.parameters(): ...`): it runs once `param.grad` holds this rank's shard of the reduced "
+        "gradient, a DTensor (edit `param.grad.to_local()`, or multiply by a mask distributed the same way).",
+        expected="the hook runs in every backward that computes the parameter's gradient",
+        observed=f"the {kind} did not run",
+        related=tuple(related),
+        subject=target,
+        subject_noun="parameter",
+    )
+
+
+# Observations made from every rank's data at once (the same on every rank): kept once.
+CROSS_RANK_CODES = frozenset({"HKL601"})
+
+
+def observations_with_ranks(per_rank: dict[int, Iterable[Observation]], world_size: int) -> list[Observation]:
+    """Fold the observations of every rank into one list: the same problem at the same
+    site is one observation, whose counts and subjects add up, and whose message
+    says on which ranks it was seen.  A cross-rank observation (HKL601), made alike
+    by every rank, is taken from the lowest rank that made it."""
+    folded: dict[tuple, Observation] = {}
+    ranks: dict[tuple, set[int]] = {}
+    for rank in sorted(per_rank):
+        for obs in per_rank[rank]:
+            known = folded.get(obs.key)
+            seen_on = ranks.setdefault(obs.key, set())
+            if known is None:
+                folded[obs.key] = dataclasses.replace(obs, others=dict(obs.others))
+            elif obs.code not in CROSS_RANK_CODES or rank in seen_on:
+                known.merge(obs)
+            seen_on.add(rank)
+    out = []
+    for key, obs in folded.items():
+        if obs.code not in CROSS_RANK_CODES:
+            obs.message += " " + ranks_text(sorted(ranks[key]), world_size)
+        out.append(obs)
+    return out
+
+
+def ranks_text(ranks: list[int], world_size: int) -> str:
+    if world_size <= 1:
+        return ""
+    if len(ranks) == world_size:
+        return f"[every rank: {', '.join(map(str, ranks))}]"
+    if len(ranks) == 1:
+        return f"[rank {ranks[0]} of {world_size} only]"
+    return f"[ranks {', '.join(map(str, ranks))} of {world_size}]"
