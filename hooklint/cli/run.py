@@ -112,10 +112,15 @@ def _run_distributed(args: argparse.Namespace, config, codes, script: str | None
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive (got {args.timeout:g})")
     rank_args = [script, *script_args] if script is not None else ["-m", module or "", *script_args]
+    from hooklint.runtime.distributed_launch import Terminated
+
     try:
         outcome = launch(rank_args, args.nproc, mode="run", codes=codes, timeout=args.timeout)
     except (LaunchError, OSError) as exc:
         raise UsageError(f"cannot launch {args.nproc} processes: {exc}") from None
+    except Terminated:
+        sys.stderr.write("hooklint run: terminated; the launcher and every rank were stopped\n")
+        return 143
     observations, notices = merged(outcome)
     folded = Session(codes=codes)
     folded.merge(observations)

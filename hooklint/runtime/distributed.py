@@ -864,7 +864,7 @@ def _sharded_read(read: ShardedRead, failed: bool) -> Observation:
              "; FSDP wrote this backward's gradient into it only after the hook ran")
     return Observation(
         code="HKL602",
-        key=("HKL602", rec.site, rec.name, "fsdp-read", read.was_none),
+        key=("HKL602", rec.site, rec.name, "fsdp-read"),
         site=rec.site,
         message=f"{rec.what()} on {read.module_text} read `.grad` of {read.param_text} while FSDP2 held it "
         f"sharded: the hook ran before FSDP gathered the module's parameters for its backward, and `.grad` was "

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Iterable
 
@@ -103,6 +104,7 @@ def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str],
                "-m", RANK_MODULE, *rank_args]
     out = subprocess.DEVNULL if capture else None
     timed_out = False
+    previous_handler = _on_sigterm_raise()
     try:
         proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_launcher_preexec,
                                 stdout=out, stderr=out)
@@ -119,6 +121,8 @@ def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str],
             sweep(folder)
         results = read_results(folder)
     finally:
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
         if own_folder:
             shutil.rmtree(folder, ignore_errors=True)
     world_size = max([r.world_size for r in results.values()] + [nproc])
@@ -131,6 +135,25 @@ def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str],
         if missing and exit_code == 0:
             exit_code = launcher_code or 1
     return LaunchOutcome(exit_code, results, launcher_code, timed_out, missing)
+
+
+class Terminated(BaseException):
+    """The parent received SIGTERM while a launch ran (it stops the launch, then exits 143)."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+def _on_sigterm_raise():
+    """While a launch runs, SIGTERM to the parent stops the launch first (main thread
+    only: Python delivers signals there).  Returns the handler to put back, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _raise_terminated)
+    except (ValueError, OSError):
+        return None
 
 
 def read_results(folder: str) -> dict[int, RankResult]:

@@ -121,12 +121,7 @@ def _exercise(spec: dict, rank: int, world_size: int, session) -> None:
         session.watch(model)
         wrapped = _wrap(model, spec["wrap"])
         inputs = _inputs_of_rank(spec["example_inputs"], rank, world_size, spec["backend"] == "nccl")
-        for _ in range(spec["steps"]):
-            output = wrapped(*inputs)
-            loss = loss_fn(output) if loss_fn is not None else _default_loss(output)
-            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                raise TypeError("loss_fn must return a scalar tensor")
-            loss.backward()
+        _train_steps(model, wrapped, inputs, loss_fn, spec["steps"], _default_loss)
     finally:
         try:
             dist.destroy_process_group()
@@ -134,7 +129,34 @@ def _exercise(spec: dict, rank: int, world_size: int, session) -> None:
             pass
 
 
-def _wrap(model, wrap: str):
+# The steps run in code of their own: hooklint observes backward passes started from the
+# user's code, not its own, and findings name this place ("after the backward at
+# <assert_hooks_ok_distributed>:6") and the model as `model`.
+_STEPS_SOURCE = """\
+def train_steps(model, wrapped, inputs, loss_fn, steps, default_loss):
+    for _ in range(steps):
+        output = wrapped(*inputs)
+        loss = loss_fn(output) if loss_fn is not None else default_loss(output)
+        check_loss(loss)
+        loss.backward()
+"""
+
+
+def _check_loss(loss) -> None:
+    import torch
+
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TypeError("loss_fn must return a scalar tensor")
+
+
+_steps_namespace: dict = {"check_loss": _check_loss}
+exec(compile(_STEPS_SOURCE, "<assert_hooks_ok_distributed>", "exec"), _steps_namespace)  # noqa: S102 - our own code
+_train_steps = _steps_namespace["train_steps"]
+
+
+def _wrap(model, wrap: str | None):
+    if wrap is None:
+        return model
     if wrap == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
