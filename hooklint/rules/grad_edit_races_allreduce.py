@@ -15,12 +15,17 @@ from hooklint.rules.grad_edit import (
     registrations_by_hook,
 )
 from hooklint.static.context import FileContext
-from hooklint.static.distributed import Wraps
+from hooklint.static.distributed import wraps_of
 from hooklint.static.values import src
 
 _HELP = ("Edit the gradient before DDP reads it: `param.register_hook(lambda g: ...)` (returns the new gradient) or "
          "`param.register_post_accumulate_grad_hook(fn)` (edits `param.grad` in place); both run before the "
          "all-reduce, so the edit is averaged like the gradient.")
+
+
+def _call_text(call) -> str:
+    text = src(call)
+    return text if len(text) <= 60 and "\n" not in text else f"{src(call.func)}(...)"
 
 
 class GradEditRacesAllreduce(Rule):
@@ -187,8 +192,8 @@ class GradEditRacesAllreduce(Rule):
         hooks = registrations_by_hook(ctx, MODULE_BACKWARD_KINDS)
         if not hooks:
             return
-        wraps = Wraps(ctx.model, ctx.inference)
-        if "ddp" not in wraps.engines():
+        wraps = wraps_of(ctx)
+        if wraps is None or "ddp" not in wraps.engines():
             return
         first_ddp = next(w for w in wraps.all if w.engine == "ddp")
         for func, regs in hooks.items():
@@ -215,7 +220,7 @@ class GradEditRacesAllreduce(Rule):
             yield self.finding(
                 ctx, write,
                 f"`{hook_label(regs[0])}` ({describe_registrations(regs)}) writes `{src(write)}` on a module that "
-                f"`{src(wrap.call.func)}` at line {wrap.call.lineno} wraps: DDP copies each gradient into its bucket "
+                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} wraps: DDP copies each gradient into its bucket "
                 f"for the all-reduce as soon as it is accumulated, before a module backward hook runs, and writes "
                 f"the reduced bucket back into `.grad` at the end of backward, so the edit is overwritten",
                 help=_HELP,

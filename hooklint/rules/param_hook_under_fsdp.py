@@ -8,8 +8,9 @@ from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.rules.grad_edit import _is_parameter, hook_label
 from hooklint.static.context import FileContext
-from hooklint.static.distributed import Wraps
+from hooklint.static.distributed import wraps_of
 from hooklint.static.hooks import HookKind
+from hooklint.rules.grad_edit_races_allreduce import _call_text
 from hooklint.static.values import src
 
 _HELP = ("Register `param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard` "
@@ -178,8 +179,8 @@ class ParamHookUnderFsdp(Rule):
         registrations = ctx.hooks.by_kind(HookKind.TENSOR)
         if not registrations:
             return
-        wraps = Wraps(ctx.model, ctx.inference)
-        if "fsdp2" not in wraps.engines():
+        wraps = wraps_of(ctx)
+        if wraps is None or "fsdp2" not in wraps.engines():
             return
         for reg in registrations:
             if reg.receiver is None or not _is_parameter(ctx, reg.receiver):
@@ -187,15 +188,17 @@ class ParamHookUnderFsdp(Rule):
             wrap = wraps.covering(wraps.parameter_module_path(reg.receiver), "fsdp2")
             if wrap is None:
                 continue
-            order = "before" if (reg.call.lineno, reg.call.col_offset) < (wrap.call.lineno, wrap.call.col_offset) \
-                else "after"
+            order = ""
+            if ctx.model.enclosing_function(reg.call) is ctx.model.enclosing_function(wrap.call):
+                before = (reg.call.lineno, reg.call.col_offset) < (wrap.call.lineno, wrap.call.col_offset)
+                order = f" (registered {'before' if before else 'after'} `fully_shard` here)"
             yield self.finding(
                 ctx, reg.call.func,
                 f"tensor hook `{hook_label(reg)}` on the parameter `{src(reg.receiver)}` never runs: "
-                f"`{src(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each parameter "
+                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each parameter "
                 f"by a sharded DTensor; the gradient flows to the unsharded parameter FSDP gathers for each forward "
-                f"and is reduce-scattered into `.grad` of the sharded one, so a tensor hook on either never runs "
-                f"(registered {order} `fully_shard` here)",
+                f"and is reduce-scattered into `.grad` of the sharded one, so a tensor hook on either never runs"
+                f"{order}",
                 help=_HELP,
                 related=[Related(f"`{wrap.api}` shards the module here", ctx.display_path, ctx.span(wrap.call)[0])],
                 name_only=True,

@@ -50,6 +50,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hooklint.runtime import describe, frames
 from hooklint.runtime.frames import Site
 from hooklint.runtime.observation import Observation
+from hooklint.static.distributed import ENGINE_HELP as _ENGINE_HELP
 from hooklint.static.hooks import HookKind
 
 _FSDP_PARAM_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_param"
@@ -64,26 +65,7 @@ _CHECK_TIMEOUT = float(os.environ.get("HOOKLINT_DIST_CHECK_TIMEOUT", "300"))
 # divergence, once the bits differ: reductions in another order change the last bits only.
 _TOLERANCE = 1e-6
 
-_ENGINE_HELP = {
-    "HKL201": {
-        "fsdp2": "Under FSDP2 a parameter tensor hook never runs (HKL603): register "
-                 "`param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard`; it "
-                 "runs once `param.grad` holds this rank's shard of the reduced gradient (a DTensor: multiply it by "
-                 "a mask distributed the same way, `distribute_tensor(mask, param.grad.device_mesh, "
-                 "param.grad.placements)`, or edit `param.grad.to_local()`).",
-        "ddp": "Edit the gradient from a hook on the parameter itself, which DDP keeps: "
-               "`param.register_hook(lambda g: ...)` runs before accumulation and may return a new gradient; "
-               "`param.register_post_accumulate_grad_hook(fn)` runs once `param.grad` holds this backward's local "
-               "gradient. Both run before DDP's all-reduce, so the edit is part of what is averaged; a module hook's "
-               "edit of `.grad` is overwritten by it (HKL602).",
-    },
-    "HKL203": {
-        "fsdp2": " Under FSDP2, `param.grad` is this rank's shard of the gradient, already reduce-scattered (a "
-                 "DTensor).",
-        "ddp": " Under DDP the hook runs before the all-reduce, on the local gradient: edit `param.grad` there and "
-               "let DDP average it; do not all-reduce it yourself.",
-    },
-}
+
 
 
 def extension() -> "DistributedExtension | None":

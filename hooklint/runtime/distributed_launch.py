@@ -82,7 +82,7 @@ def _launcher_preexec() -> None:
 
 
 def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str], timeout: float | None = None,
-           grace: float = 5.0, folder: str | None = None, extra_env: dict | None = None,
+           grace: float = 3.0, folder: str | None = None, extra_env: dict | None = None,
            capture: bool = False) -> LaunchOutcome:
     """Run ``hooklint.runtime.distributed_rank rank_args...`` on ``nproc`` local ranks.
 
@@ -181,7 +181,7 @@ def write_result(result: RankResult) -> None:
     os.replace(tmp, path)
 
 
-def stop(proc: subprocess.Popen, folder: str, grace: float) -> None:
+def stop(proc: subprocess.Popen, folder: str, grace: float = 3.0) -> None:
     """Stop the launcher and its ranks: SIGTERM to the launcher's group and to every
     marked process, then, after ``grace`` seconds, SIGKILL to whatever is left."""
     _signal_group(proc.pid, signal.SIGTERM)

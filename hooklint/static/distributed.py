@@ -41,6 +41,30 @@ FSDP2_NAMES = frozenset({
 DDP_TRIGGERS = ("DistributedDataParallel", "DDP")
 FSDP2_TRIGGERS = ("fully_shard",)
 
+# The fix that works under each engine, for the rules whose usual advice does not (HKL201's
+# parameter tensor hook never runs under FSDP2); the static rules and the run-time layer
+# both give it.
+ENGINE_HELP = {
+    "HKL201": {
+        "fsdp2": "Under FSDP2 a parameter tensor hook never runs (HKL603): register "
+                 "`param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard`; it "
+                 "runs once `param.grad` holds this rank's shard of the reduced gradient (a DTensor: multiply it by "
+                 "a mask distributed the same way, `distribute_tensor(mask, param.grad.device_mesh, "
+                 "param.grad.placements)`, or edit `param.grad.to_local()`).",
+        "ddp": "Edit the gradient from a hook on the parameter itself, which DDP keeps: "
+               "`param.register_hook(lambda g: ...)` runs before accumulation and may return a new gradient; "
+               "`param.register_post_accumulate_grad_hook(fn)` runs once `param.grad` holds this backward's local "
+               "gradient. Both run before DDP's all-reduce, so the edit is part of what is averaged; a module hook's "
+               "edit of `.grad` is overwritten by it (HKL602).",
+    },
+    "HKL203": {
+        "fsdp2": " Under FSDP2, `param.grad` is this rank's shard of the gradient, already reduce-scattered (a "
+                 "DTensor).",
+        "ddp": " Under DDP the hook runs before the all-reduce, on the local gradient: edit `param.grad` there and "
+               "let DDP average it; do not all-reduce it yourself.",
+    },
+}
+
 _PARAM_ITERATORS = frozenset({"parameters", "named_parameters"})
 _MODULE_ITERATORS = frozenset({"modules", "named_modules", "children", "named_children"})
 _MAX_DEPTH = 8
@@ -230,3 +254,38 @@ class Wraps:
             roots.add(("class", value.local_class.node))
         del scope
         return Path(frozenset(roots), ()), False
+
+
+def wraps_of(ctx) -> Wraps | None:
+    """The file's wraps, computed once per file; None when its text cannot show one
+    (no `DistributedDataParallel`, no `fully_shard`): most files, answered without a walk."""
+    if "_hl_wraps" not in ctx.__dict__:
+        text = ctx.text
+        shows = any(word in text for word in DDP_TRIGGERS[:1] + FSDP2_TRIGGERS)
+        ctx.__dict__["_hl_wraps"] = Wraps(ctx.model, ctx.inference) if shows else None
+    return ctx.__dict__["_hl_wraps"]
+
+
+def engines_of_registrations(ctx, regs) -> set[str]:
+    """The engines ("ddp", "fsdp2") the file shows wrapping the targets of ``regs``."""
+    wraps = wraps_of(ctx)
+    if wraps is None or not wraps.all:
+        return set()
+    found = set()
+    for reg in regs:
+        if reg.is_global:
+            found |= wraps.engines()
+            continue
+        if reg.kind.is_module:
+            module = reg.receiver_module
+            if module is not None and module.applied_from is not None:
+                applied = wraps.path_of(module.applied_from)
+                target = applied.child("**") if applied is not None else None
+            else:
+                target = wraps.path_of(reg.receiver) if reg.receiver is not None else None
+        else:
+            target = wraps.parameter_module_path(reg.receiver) if reg.receiver is not None else None
+        for engine in ("ddp", "fsdp2"):
+            if wraps.covering(target, engine) is not None:
+                found.add(engine)
+    return found

@@ -87,12 +87,12 @@ def _wait_ready(folder, n, seconds=90):
 def test_timeout_ends_ranks_that_ignore_sigterm_and_their_escaped_children(tmp_path):
     marker = new_marker()
     started = time.monotonic()
-    result = hooklint("run", "--nproc", "2", "--timeout", "20", str(PROGRAMS / "hang.py"), str(tmp_path),
+    result = hooklint("run", "--nproc", "2", "--timeout", "10", str(PROGRAMS / "hang.py"), str(tmp_path),
                       cwd=tmp_path, marker=marker)
     took = time.monotonic() - started
     assert wait_for_no_survivors(marker, seconds=2) == []
     assert result.returncode == 124, result.stderr[-3000:]
-    assert "stopped" in result.stderr and "after 20 s (--timeout)" in result.stderr
+    assert "stopped" in result.stderr and "after 10 s (--timeout)" in result.stderr
     assert took < 60
 
 
