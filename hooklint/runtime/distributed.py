@@ -902,15 +902,16 @@ def observations_with_ranks(per_rank: dict[int, Iterable[Observation]], world_si
     by every rank, is taken from the lowest rank that made it."""
     folded: dict[tuple, Observation] = {}
     ranks: dict[tuple, set[int]] = {}
+    first_rank: dict[tuple, int] = {}
     for rank in sorted(per_rank):
         for obs in per_rank[rank]:
             known = folded.get(obs.key)
-            seen_on = ranks.setdefault(obs.key, set())
+            ranks.setdefault(obs.key, set()).add(rank)
             if known is None:
                 folded[obs.key] = dataclasses.replace(obs, others=dict(obs.others))
-            elif obs.code not in CROSS_RANK_CODES or rank in seen_on:
+                first_rank[obs.key] = rank
+            elif obs.code not in CROSS_RANK_CODES or first_rank[obs.key] == rank:
                 known.merge(obs)
-            seen_on.add(rank)
     out = []
     for key, obs in folded.items():
         if obs.code not in CROSS_RANK_CODES:
