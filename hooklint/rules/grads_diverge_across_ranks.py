@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from hooklint.findings import Origin, Severity
 from hooklint.rules.base import Rule
 
@@ -46,18 +48,34 @@ class GradsDivergeAcrossRanks(Rule):
 
     ## Example
     ```python
+    import torch
     import torch.distributed as dist
+    import torch.nn as nn
+
+    dist.init_process_group("gloo")  # torchrun --nproc-per-node 2, or hooklint run --nproc 2
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
 
     def sync(param):
         dist.all_reduce(param)  # the parameter, not its gradient
 
     for param in model.parameters():
         param.register_post_accumulate_grad_hook(sync)
+
+    torch.manual_seed(dist.get_rank())  # each rank its own batch
+    model(torch.rand(8, 4)).sum().backward()
+    dist.destroy_process_group()
     ```
 
     ## Use instead
     ```python
+    import torch
     import torch.distributed as dist
+    import torch.nn as nn
+
+    dist.init_process_group("gloo")  # torchrun --nproc-per-node 2, or hooklint run --nproc 2
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
 
     def sync(param):
         dist.all_reduce(param.grad)
@@ -65,6 +83,10 @@ class GradsDivergeAcrossRanks(Rule):
 
     for param in model.parameters():
         param.register_post_accumulate_grad_hook(sync)
+
+    torch.manual_seed(dist.get_rank())  # each rank its own batch
+    model(torch.rand(8, 4)).sum().backward()
+    dist.destroy_process_group()
     ```
 
     ## Fix safety
@@ -81,3 +103,6 @@ class GradsDivergeAcrossRanks(Rule):
     summary = "A gradient that DDP or a hook's collective synchronises differs across ranks after backward"
     severity = Severity.ERROR
     origins = (Origin.RUNTIME,)
+    # Its docs examples need this many ranks to show anything (tests/distributed runs them
+    # with `hooklint run --nproc 2`; the one-process test of run-time examples skips them).
+    min_ranks: ClassVar[int] = 2

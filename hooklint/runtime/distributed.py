@@ -461,14 +461,20 @@ class DistributedExtension:
 
     # -- end of backward ----------------------------------------------------------------
     def backward_ended(self, info, failed: bool) -> None:
-        leaves = {id(p) for p, _node, _slot, _seq in info.leaves}
-        self._conclude_sharded_reads(info, failed)
+        if self.sharded_reads:
+            self._conclude_sharded_reads(info, failed)
         if failed:
-            with self.lock:
-                self.ddp_writes = [w for w in self.ddp_writes if w.task_id != info.task_id]
+            if self.ddp_writes:
+                with self.lock:
+                    self.ddp_writes = [w for w in self.ddp_writes if w.task_id != info.task_id]
             return
-        self._conclude_ddp_writes(info)
-        self._conclude_fsdp_hooks(info, leaves)
+        if self.ddp_writes:
+            self._conclude_ddp_writes(info)
+        if not (self.fsdp_hooks or self.ddp_modules or self.hand_synced):
+            return  # no engine, no hand-written sync: the common case costs nothing more
+        leaves = {id(p) for p, _node, _slot, _seq in info.leaves}
+        if self.fsdp_hooks:
+            self._conclude_fsdp_hooks(info, leaves)
         if info.accumulate:
             self._compare_across_ranks(info, leaves)
 
@@ -534,7 +540,6 @@ class DistributedExtension:
             hand, self.hand_synced = self.hand_synced, {}
         if not self.divergence_checks or not dist.is_initialized() or dist.get_world_size() < 2:
             return
-        compared: dict[str, torch.Tensor] = {}
         params: dict[str, torch.Tensor] = {}
         for ddp in list(self.ddp_modules):
             if not self.ddp_synced.get(ddp, False):
@@ -552,27 +557,31 @@ class DistributedExtension:
                 params.setdefault(entry.name, param)
         if not params:
             return
-        for name, param in params.items():
-            grad = grad_of(param)
-            if grad is not None and not grad.is_sparse and type(grad) is torch.Tensor:
-                compared[name] = grad
-        payload = _checksums(compared)
+        names = sorted(params)
+        rows = _checksum_rows([grad_of(params[name]) for name in names])
         try:
-            gathered: list = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, payload, group=_check_group())
+            low, high = _extremes_across_ranks(names, rows)
         except Exception as exc:  # noqa: BLE001 - stop checking rather than break the program
             self.divergence_checks = False
             self.rt.internal_error(info.sessions, RuntimeError(
-                f"HKL601 checks stopped: gathering gradient checksums failed ({type(exc).__name__}: {exc})"))
+                f"HKL601 checks stopped: comparing gradient checksums across ranks failed "
+                f"({type(exc).__name__}: {exc})"))
             return
-        for name in sorted(compared):
-            values = [ranked.get(name) if isinstance(ranked, dict) else None for ranked in gathered]
-            if any(v is None for v in values) or not _differ(values):
-                continue
+        if low is None:
+            return  # the ranks compare different parameter sets: nothing to say about their gradients
+        suspects = [i for i in range(len(names)) if low[i][0] == 1 and _differ([low[i][1:], high[i][1:]])]
+        if not suspects:
+            return
+        # every rank saw the same extremes, so every rank comes here: the per-rank values, for the message
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, [rows[i].tolist() for i in suspects], group=_check_group())
+        hand_names = {e.name for e in hand.values()}
+        for k, i in enumerate(suspects):
+            name = names[i]
+            values = [tuple(ranked[k][1:]) for ranked in gathered]
             param = params[name]
             hooks = self._hooks_touching(param, hand)
-            self.rt.emit(info.sessions, _diverged(name, param, values, hooks, info.site, name in {
-                e.name for e in hand.values()}))
+            self.rt.emit(info.sessions, _diverged(name, param, values, hooks, info.site, name in hand_names))
 
     def _hooks_touching(self, param, hand: dict) -> list[tuple[str, Site, str]]:
         found: dict[tuple[str, Site], str] = {}
@@ -698,23 +707,60 @@ def _check_group():
     return group
 
 
-def _checksums(grads: dict[str, torch.Tensor]) -> dict[str, tuple]:
-    """Per gradient: (numel, a sum of its bits, its sum, its squared norm, the sum of
-    its absolute values).  One pass each over the gradient, no copy kept."""
-    out = {}
-    for name, grad in grads.items():
+_BITS_MOD = 1 << 52  # a sum of bits kept exact in a float64
+
+
+def _checksum_rows(grads: list) -> torch.Tensor:
+    """Per gradient one row: (present, numel, a sum of its bits, its sum, its squared
+    norm, the sum of its absolute values), in float64.  A few passes over each
+    gradient, no copy of it kept.  ``present`` is 0 for a None (or sparse, or
+    DTensor) gradient, which is not compared."""
+    rows = torch.zeros(len(grads), 6, dtype=torch.float64)
+    for i, grad in enumerate(grads):
+        if grad is None or grad.is_sparse or type(grad) is not torch.Tensor:
+            continue
         flat = grad.detach().reshape(-1)
         if flat.is_complex():
             flat = torch.view_as_real(flat).reshape(-1)
         if flat.is_floating_point() and flat.element_size() in (2, 4, 8):
             as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
-            bits = int(flat.view(as_int).sum(dtype=torch.int64))
+            bits = int(flat.view(as_int).sum(dtype=torch.int64)) % _BITS_MOD
+        elif not flat.is_floating_point():
+            bits = int(flat.sum(dtype=torch.int64)) % _BITS_MOD
         else:
-            bits = int(flat.sum(dtype=torch.int64)) if not flat.is_floating_point() else 0
-        as_double = flat.double()
-        out[name] = (flat.numel(), bits, float(as_double.sum()), float(as_double.dot(as_double)),
-                     float(as_double.abs().sum()))
-    return out
+            bits = 0
+        rows[i, 0] = 1.0
+        rows[i, 1] = float(flat.numel())
+        rows[i, 2] = float(bits)
+        if flat.numel():
+            rows[i, 3] = flat.sum(dtype=torch.float64)
+            rows[i, 4] = torch.linalg.vector_norm(flat, 2, dtype=torch.float64) ** 2
+            rows[i, 5] = torch.linalg.vector_norm(flat, 1, dtype=torch.float64)
+    return rows
+
+
+def _name_hash(names: list[str]) -> float:
+    import zlib
+
+    return float(zlib.crc32("\0".join(names).encode()))
+
+
+def _extremes_across_ranks(names: list[str], rows: torch.Tensor):
+    """(lowest, highest) of every checksum over the ranks, with two all-reduces
+    (MAX of the values and of their negatives); (None, None) when the ranks do not
+    compare the same parameters.  Every rank gets the same answer."""
+    group = _check_group()
+    header = torch.tensor([float(len(names)), _name_hash(names)], dtype=torch.float64)
+    both = torch.cat([header, -header])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+    if not torch.equal(both[:2], -both[2:]):
+        return None, None
+    flat = rows.reshape(-1)
+    both = torch.cat([flat, -flat])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+    high = both[:flat.numel()].reshape(rows.shape).tolist()
+    low = (-both[flat.numel():]).reshape(rows.shape).tolist()
+    return low, high
 
 
 def _differ(values: list[tuple]) -> bool:

@@ -75,6 +75,15 @@ def test_fsdp2_module_hook_before_the_unshard_sees_the_sharded_parameter(facts):
         assert seen["seen"] == [{"param": "DTensor", "grad": None}, {"param": "DTensor", "grad": "DTensor"}]
 
 
+def test_fsdp2_module_hook_after_accumulation_edits_the_unsharded_gradient(facts):
+    """The same kind of hook on a layer whose input requires grad runs after the
+    unsharded parameter's AccumulateGrad and before FSDP's reduce-scatter: it sees
+    the unsharded local gradient, and its edit is reduced with it (no finding)."""
+    for seen in each_rank(facts, "fsdp_module_hook_edits_grad_after_accumulation"):
+        assert seen["seen"] == [{"param": "Parameter", "grad": "Tensor"}]
+        assert seen["row0"] == [0.0, 0.0, 0.0, 0.0]
+
+
 # -- DDP (HKL602, HKL601) ---------------------------------------------------------------
 
 

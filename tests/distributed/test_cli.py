@@ -66,6 +66,30 @@ def test_fixed_twins_stay_clean_and_their_gradients_match(tmp_path):
     assert "no hook problems observed while running" in result.stderr
 
 
+@pytest.mark.parametrize("section", ["Example", "Use instead"])
+def test_docs_examples_of_rules_that_need_several_ranks(tmp_path, section):
+    """HKL601's Example gives the finding on 2 ranks, its Use instead does not."""
+    from hooklint.rules import all_rules
+
+    checked = 0
+    for rule in all_rules():
+        if getattr(rule, "min_ranks", 1) < 2:
+            continue
+        for i, block in enumerate(rule.code_blocks(section)):
+            program = tmp_path / f"{rule.code}_{i}.py"
+            program.write_text(block)
+            out = tmp_path / f"{rule.code}_{i}.json"
+            marker = new_marker()
+            result = hooklint("run", f"--nproc={rule.min_ranks}", "--timeout", "120", "--output-format", "json",
+                              "-o", str(out), str(program), cwd=tmp_path, marker=marker)
+            assert wait_for_no_survivors(marker) == []
+            assert result.returncode == 0, result.stderr[-3000:]
+            codes = {f["code"] for f in json.loads(out.read_text())}
+            assert (rule.code in codes) == (section == "Example"), (rule.code, section, codes)
+            checked += 1
+    assert checked
+
+
 def test_a_crashing_rank_keeps_its_status_and_leaves_no_process(tmp_path):
     marker = new_marker()
     result = hooklint("run", "--nproc", "2", "--timeout", "120", str(PROGRAMS / "crash.py"), cwd=tmp_path,

@@ -69,7 +69,10 @@ def test_every_output_format_carries_the_merged_finding(fmt, tmp_path, monkeypat
 def test_checksums_tell_real_divergence_from_summation_order():
     import torch
 
-    from hooklint.runtime.distributed import _checksums, _differ
+    from hooklint.runtime.distributed import _checksum_rows, _differ
+
+    def _checksums(grads):
+        return {name: tuple(row[1:]) for name, row in zip(grads, _checksum_rows(list(grads.values())).tolist())}
 
     torch.manual_seed(0)
     grad = torch.randn(1000)
@@ -85,6 +88,7 @@ def test_checksums_tell_real_divergence_from_summation_order():
     assert _differ([same, _checksums({"w": masked})["w"]])
     assert _differ([same, _checksums({"w": grad * 2})["w"]])
     assert _differ([same, _checksums({"w": grad[:999]})["w"]])
+    assert _checksum_rows([None, grad])[:, 0].tolist() == [0.0, 1.0]  # a None gradient is not compared
 
 
 def test_cli_merges_ranks_through_the_session_fold(tmp_path, monkeypatch):

@@ -142,6 +142,29 @@ def fsdp_module_hook_reads_grad():
 facts["fsdp_module_hook_reads_grad"] = fsdp_module_hook_reads_grad()
 
 
+def fsdp_module_hook_edits_grad_after_accumulation():
+    """A full backward hook on a layer whose input requires grad: it runs after the
+    unsharded parameter's AccumulateGrad, before FSDP's reduce-scatter."""
+    model = make()
+    seen = []
+
+    def zero_row(module, grad_input, grad_output):
+        grad = module.weight.grad
+        seen.append({"param": type(module.weight).__name__, "grad": None if grad is None else type(grad).__name__})
+        if grad is not None and not isinstance(grad, DTensor):
+            grad[0] = 0
+
+    model[2].register_full_backward_hook(zero_row)
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    model(batch()).sum().backward()
+    return {"seen": seen, "row0": row0(model[2].weight.grad.full_tensor())}
+
+
+facts["fsdp_module_hook_edits_grad_after_accumulation"] = fsdp_module_hook_edits_grad_after_accumulation()
+
+
 # -- DDP ----------------------------------------------------------------------
 
 def ddp_module_hook_edits_grad(wrap):
