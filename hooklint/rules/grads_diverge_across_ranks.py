@@ -23,8 +23,10 @@ class GradsDivergeAcrossRanks(Rule):
     The check runs when `backward()` returns: DDP's all-reduce and the hooks'
     collectives have finished, and no optimizer step has used the gradients
     yet.  A cheap checksum of each such gradient (a sum of its bits, its sum,
-    its squared norm) is all-gathered (over the default group when it is gloo,
-    else over a gloo group hooklint creates once).
+    its squared norm) is compared across ranks with one all-reduce (two when
+    the parameters were chosen by what hooks did), over the default group when
+    it is gloo, else over a gloo group hooklint creates once; on a mismatch the
+    ranks' values are all-gathered for the message.
 
     ## Why is this bad?
     Data parallelism rests on every rank applying the same update.  With
@@ -36,9 +38,11 @@ class GradsDivergeAcrossRanks(Rule):
     and the gradients stay local (tests/distributed/test_behaviour.py).
 
     ## Known problems
-    Gradients equal to the last bits but summed in another order are not
-    reported (a relative difference below 1e-6 of the sum of absolute values
-    or of the squared norm).  Under FSDP2 each rank holds a different shard of
+    Gradients equal but for the last bits (summed in another order) are not
+    reported: a difference of the sums below 1e-6 of sqrt(numel) times the
+    norm, and of the squared norms below 1e-6 of it, is taken for rounding (a
+    single element of a million-element gradient zeroed on one rank may go
+    unseen).  Under FSDP2 each rank holds a different shard of
     each gradient: there is nothing to compare, and FSDP-managed parameters are
     not checked.  A gradient synchronised by hand after `backward()` returns
     (`for p in model.parameters(): dist.all_reduce(p.grad)`) is not checked; a

@@ -140,6 +140,8 @@ class DistributedExtension:
         self.originals: list[tuple[Any, str, Any, bool]] = []
         self.managed: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> Managed
         self.ddp_modules: weakref.WeakSet = weakref.WeakSet()
+        self.ddp_order: list[weakref.ref] = []  # DDP modules in the order they were constructed
+        self.ddp_params: WeakIdKeyDictionary = WeakIdKeyDictionary()  # DDP module -> [(name, param ref)]
         self.ddp_synced: WeakIdKeyDictionary = WeakIdKeyDictionary()  # DDP module -> its last forward synchronises
         self.fsdp_params: list[weakref.ref] = []
         self.engines: set[str] = set()
@@ -149,8 +151,10 @@ class DistributedExtension:
         self.fsdp_hooks: list[PendingFsdpHook] = []
         self.hand_synced: dict[int, HandSync] = {}
         self.touched: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> {(what, site)}
+        self.param_hooks: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> [HookRecord] on it
         self.finder: _ImportWatcher | None = None
         self.divergence_checks = True
+        self.pending_check: PendingCheck | None = None
 
     # -- lifecycle ------------------------------------------------------------
     def install(self, rt) -> None:
@@ -163,6 +167,7 @@ class DistributedExtension:
             original = getattr(dist, name, None)
             if original is not None:
                 self._patch(dist, name, self._collective(original))
+        self._patch(dist, "destroy_process_group", self._before_destroy(dist.destroy_process_group))
         if _FSDP_PARAM_MODULE in sys.modules:
             self._patch_fsdp()
         else:
@@ -170,6 +175,9 @@ class DistributedExtension:
             sys.meta_path.insert(0, self.finder)
 
     def uninstall(self, rt) -> None:
+        if self.pending_check is not None and dist.is_initialized():
+            self.drain()
+        self.pending_check = None
         if self.finder is not None:
             if self.finder in sys.meta_path:
                 sys.meta_path.remove(self.finder)
@@ -180,6 +188,19 @@ class DistributedExtension:
             else:
                 delattr(owner, name)
         self.originals = []
+
+    def _before_destroy(self, original):
+        ext = self
+
+        def destroy_process_group(*args, **kwargs):
+            if ext.pending_check is not None:
+                ext.drain()  # the last backward's comparison needs the group
+            _groups.clear()
+            return original(*args, **kwargs)
+
+        destroy_process_group.__wrapped__ = original
+        destroy_process_group.__doc__ = original.__doc__
+        return destroy_process_group
 
     def _patch(self, owner: Any, name: str, replacement: Any) -> None:
         had = name in vars(owner)
@@ -222,9 +243,13 @@ class DistributedExtension:
         with self.lock:
             self.engines.add("ddp")
             self.ddp_modules.add(ddp)
+            self.ddp_order = [r for r in self.ddp_order if r() is not None] + [ref]
+            own = []
             for name, param in ddp.module.named_parameters():
                 if param.requires_grad and name not in ignored:
                     self.managed[param] = Managed("ddp", f"module.{name}", ref)
+                    own.append((f"module.{name}", weakref.ref(param)))
+            self.ddp_params[ddp] = own
 
     def _ddp_forward(self, original):
         ext = self
@@ -299,9 +324,13 @@ class DistributedExtension:
 
     # -- registrations and hook calls --------------------------------------------------------
     def hook_bound(self, rec) -> None:
-        if rec.kind is not HookKind.TENSOR:
+        if not rec.kind.is_tensor:
             return
         target = rec.target()
+        if isinstance(target, nn.Parameter):  # for HKL601's message: the hooks on each parameter
+            self.param_hooks.setdefault(target, []).append(rec)
+        if rec.kind is not HookKind.TENSOR:
+            return
         managed = self.managed.get(target) if target is not None else None
         if managed is not None and managed.engine == "fsdp2":
             with self.lock:
@@ -540,58 +569,87 @@ class DistributedExtension:
             hand, self.hand_synced = self.hand_synced, {}
         if not self.divergence_checks or not dist.is_initialized() or dist.get_world_size() < 2:
             return
-        params: dict[str, torch.Tensor] = {}
-        for ddp in list(self.ddp_modules):
-            if not self.ddp_synced.get(ddp, False):
+        # DDP's parameters: every parameter of each DDP whose synchronising forward this backward
+        # consumed, in the order DDP was constructed, whatever this rank's graph used (DDP checks at
+        # construction that every rank has the same parameters: the rows line up on every rank)
+        entries: list[tuple[str, Any]] = []
+        for ddp in list(self.ddp_order):
+            ddp = ddp()
+            if ddp is None or not self.ddp_synced.get(ddp, False):
                 continue
-            managed_here = [(m.name, p) for p, m in list(self.managed.items())
-                            if m.engine == "ddp" and m.owner() is ddp and id(p) in leaves]
-            if not managed_here:
+            own = self.ddp_params.get(ddp, [])
+            if not any(id(ref()) in leaves for _name, ref in own):
                 continue
             self.ddp_synced[ddp] = False  # this forward's backward has been checked
-            for name, param in managed_here:
-                params[name] = param
-        for entry in hand.values():
+            entries.extend((name, ref()) for name, ref in own)
+        handshake = False
+        for entry in sorted(hand.values(), key=lambda e: e.name):
             param = entry.param_ref()
-            if param is not None:
-                params.setdefault(entry.name, param)
-        if not params:
+            if param is not None and all(param is not p for _n, p in entries):
+                entries.append((entry.name, param))
+                handshake = True  # hooks decide these: check that the ranks compare the same ones
+        if not entries:
             return
-        names = sorted(params)
-        rows = _checksum_rows([grad_of(params[name]) for name in names])
+        names = [name for name, _param in entries]
+        rows = _checksum_rows([grad_of(param) if param is not None else None for _name, param in entries])
+        # what the message will need, held by this check, not by the parameters (which may be
+        # gone when the comparison is concluded, at the end of the next backward)
+        check = PendingCheck([(name, describe.shape_text(param) if param is not None else "?",
+                               self.param_hooks.get(param) if param is not None else None,
+                               self.touched.get(param) if param is not None else None)
+                              for name, param in entries], rows, hand, info.site, list(info.sessions))
         try:
-            low, high = _extremes_across_ranks(names, rows)
+            self.drain()  # the previous backward's comparison, done meanwhile
+            if not _start_comparison(check, handshake):
+                return  # the ranks compare different parameter sets: nothing to say about their gradients
         except Exception as exc:  # noqa: BLE001 - stop checking rather than break the program
-            self.divergence_checks = False
-            self.rt.internal_error(info.sessions, RuntimeError(
-                f"HKL601 checks stopped: comparing gradient checksums across ranks failed "
-                f"({type(exc).__name__}: {exc})"))
+            self._stop_checks(check.sessions, exc)
             return
-        if low is None:
-            return  # the ranks compare different parameter sets: nothing to say about their gradients
-        suspects = [i for i in range(len(names)) if low[i][0] == 1 and _differ([low[i][1:], high[i][1:]])]
-        if not suspects:
-            return
-        # every rank saw the same extremes, so every rank comes here: the per-rank values, for the message
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, [rows[i].tolist() for i in suspects], group=_check_group())
-        hand_names = {e.name for e in hand.values()}
-        for k, i in enumerate(suspects):
-            name = names[i]
-            values = [tuple(ranked[k][1:]) for ranked in gathered]
-            param = params[name]
-            hooks = self._hooks_touching(param, hand)
-            self.rt.emit(info.sessions, _diverged(name, param, values, hooks, info.site, name in hand_names))
+        self.pending_check = check
 
-    def _hooks_touching(self, param, hand: dict) -> list[tuple[str, Site, str]]:
+    def drain(self) -> None:
+        """Conclude the comparison started at the end of the last backward (its
+        all-reduce ran while the program went on).  Every rank calls this at the same
+        point: the end of its next backward, `destroy_process_group`, or the end of
+        the session."""
+        check, self.pending_check = self.pending_check, None
+        if check is None:
+            return
+        try:
+            suspects = _finish_comparison(check)
+            if not suspects:
+                return
+            # every rank saw the same extremes, so every rank comes here: the per-rank values, for the message
+            gathered: list = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, [check.rows[i].tolist() for i in suspects], group=_check_group())
+        except Exception as exc:  # noqa: BLE001
+            self._stop_checks(check.sessions, exc)
+            return
+        hand_names = {e.name for e in check.hand.values()}
+        for k, i in enumerate(suspects):
+            name, shape, recs, touched = check.entries[i]
+            values = [tuple(ranked[k][1:]) for ranked in gathered]
+            hooks = self._hooks_touching(name, recs, touched, check.hand)
+            self.rt.emit(check.sessions, _diverged(name, shape, values, hooks, check.site, name in hand_names))
+
+    def _stop_checks(self, sessions: list, exc: BaseException) -> None:
+        self.divergence_checks = False
+        self.pending_check = None
+        self.rt.internal_error(sessions, RuntimeError(
+            f"HKL601 checks stopped: comparing gradient checksums across ranks failed ({type(exc).__name__}: {exc})"))
+
+    @staticmethod
+    def _hooks_touching(name: str, recs: list | None, touched: dict | None, hand: dict) -> list[tuple[str, Site, str]]:
+        """The hooks registered on a parameter, those that touched its `.grad`, and
+        those that called a collective on it, with what they called it on."""
         found: dict[tuple[str, Site], str] = {}
-        for rec in list(self.rt.records.values()):
-            if rec.target() is param and rec.in_force():
+        for rec in recs or ():
+            if not rec.removed:
                 found.setdefault((rec.what(), rec.site), "")
-        for key in self.touched.get(param, {}):
+        for key in touched or {}:
             found.setdefault(key, "")
         for entry in hand.values():
-            if entry.param_ref() is param:
+            if entry.name == name:
                 for key, how in entry.hooks.items():
                     found[key] = how
         return [(what, site, how) for (what, site), how in found.items()]
@@ -712,10 +770,10 @@ _BITS_MOD = 1 << 52  # a sum of bits kept exact in a float64
 
 def _checksum_rows(grads: list) -> torch.Tensor:
     """Per gradient one row: (present, numel, a sum of its bits, its sum, its squared
-    norm, the sum of its absolute values), in float64.  A few passes over each
-    gradient, no copy of it kept.  ``present`` is 0 for a None (or sparse, or
-    DTensor) gradient, which is not compared."""
-    rows = torch.zeros(len(grads), 6, dtype=torch.float64)
+    norm), in float64.  Three passes over each gradient, no copy of it kept.
+    ``present`` is 0 for a None (or sparse, or DTensor) gradient, which is not
+    compared."""
+    rows = torch.zeros(len(grads), 5, dtype=torch.float64)
     for i, grad in enumerate(grads):
         if grad is None or grad.is_sparse or type(grad) is not torch.Tensor:
             continue
@@ -735,7 +793,6 @@ def _checksum_rows(grads: list) -> torch.Tensor:
         if flat.numel():
             rows[i, 3] = flat.sum(dtype=torch.float64)
             rows[i, 4] = torch.linalg.vector_norm(flat, 2, dtype=torch.float64) ** 2
-            rows[i, 5] = torch.linalg.vector_norm(flat, 1, dtype=torch.float64)
     return rows
 
 
@@ -745,37 +802,69 @@ def _name_hash(names: list[str]) -> float:
     return float(zlib.crc32("\0".join(names).encode()))
 
 
-def _extremes_across_ranks(names: list[str], rows: torch.Tensor):
-    """(lowest, highest) of every checksum over the ranks, with two all-reduces
-    (MAX of the values and of their negatives); (None, None) when the ranks do not
-    compare the same parameters.  Every rank gets the same answer."""
+@dataclasses.dataclass
+class PendingCheck:
+    """HKL601's comparison for one backward, while its all-reduce runs."""
+
+    entries: list  # (name, shape as text, hook records on the parameter, hooks that touched its `.grad`)
+    rows: torch.Tensor
+    hand: dict
+    site: Site
+    sessions: list
+    work: Any = None
+    buffer: torch.Tensor | None = None
+
+
+def _start_comparison(check: PendingCheck, handshake: bool) -> bool:
+    """Start the all-reduce that gives every rank the lowest and highest value of
+    every checksum over the ranks (MAX of the values and of their negatives, behind
+    a header of the number of rows and a hash of their names), without waiting for
+    it.  False when the ranks do not compare the same parameters.
+
+    Ranks that all-reduce tensors of different sizes crash (gloo aborts), so when the
+    rows are not known to line up (parameters chosen by what hooks did,
+    ``handshake``) the header goes first, alone, and is waited for."""
     group = _check_group()
+    names = [entry[0] for entry in check.entries]
     header = torch.tensor([float(len(names)), _name_hash(names)], dtype=torch.float64)
-    both = torch.cat([header, -header])
-    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
-    if not torch.equal(both[:2], -both[2:]):
-        return None, None
-    flat = rows.reshape(-1)
-    both = torch.cat([flat, -flat])
-    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
-    high = both[:flat.numel()].reshape(rows.shape).tolist()
-    low = (-both[flat.numel():]).reshape(rows.shape).tolist()
-    return low, high
+    if handshake:
+        both = torch.cat([header, -header])
+        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)
+        if not torch.equal(both[:2], -both[2:]):
+            return False
+    flat = torch.cat([header, check.rows.reshape(-1)])
+    check.buffer = torch.cat([flat, -flat])
+    check.work = dist.all_reduce(check.buffer, op=dist.ReduceOp.MAX, group=group, async_op=True)
+    return True
 
 
-def _differ(values: list[tuple]) -> bool:
-    """Whether the checksums of one gradient differ across ranks beyond what summing in
-    another order can do (the bits differ and so do the sum or the squared norm, by
-    more than ``_TOLERANCE`` of their magnitude)."""
+def _finish_comparison(check: PendingCheck) -> list[int]:
+    """Wait for the all-reduce; the rows whose gradient differs across ranks."""
+    check.work.wait(datetime.timedelta(seconds=_CHECK_TIMEOUT))
+    both = check.buffer
+    half = both.numel() // 2
+    high, low = both[:half], -both[half:]
+    if not torch.equal(high[:2], low[:2]):
+        return []
+    shape = check.rows.shape
+    high_rows, low_rows = high[2:].reshape(shape).tolist(), low[2:].reshape(shape).tolist()
+    return [i for i in range(shape[0]) if low_rows[i][0] == 1 and _differ([low_rows[i][1:], high_rows[i][1:]])]
+
+
+def _differ(values: list) -> bool:
+    """Whether the checksums (numel, bits, sum, squared norm) of one gradient differ
+    across ranks beyond what summing in another order can do: the bits differ, and
+    so do the sum (relative to sqrt(numel) times the norm, which bounds the sum of
+    absolute values) or the squared norm, by more than ``_TOLERANCE``."""
     first = values[0]
     for other in values[1:]:
         if other[0] != first[0]:
             return True
-        if other[1] == first[1] and other[2:] == first[2:]:
+        if other[1] == first[1] and tuple(other[2:]) == tuple(first[2:]):
             continue
-        l1 = max(first[4], other[4], 1e-300)
         squares = max(first[3], other[3], 1e-300)
-        if abs(first[2] - other[2]) > _TOLERANCE * l1 or abs(first[3] - other[3]) > _TOLERANCE * squares:
+        scale = (max(first[0], 1.0) * squares) ** 0.5
+        if abs(first[2] - other[2]) > _TOLERANCE * scale or abs(first[3] - other[3]) > _TOLERANCE * squares:
             return True
     return False
 
@@ -789,7 +878,7 @@ def _hooks_text(hooks: list[tuple[str, Site, str]]) -> str:
     return "hooks that touched it: " + ", ".join(parts)
 
 
-def _diverged(name: str, param, values: list[tuple], hooks: list, backward_site: Site,
+def _diverged(name: str, shape: str, values: list[tuple], hooks: list, backward_site: Site,
               hand_synced: bool) -> Observation:
     per_rank = "; ".join(f"rank {rank}: sum {v[2]:.6g}, norm {v[3] ** 0.5:.6g}" for rank, v in enumerate(values))
     if hand_synced:
@@ -813,7 +902,7 @@ def _diverged(name: str, param, values: list[tuple], hooks: list, backward_site:
         key=("HKL601", site, backward_site),
         site=site,
         message=f"after the backward at {backward_site}, before the optimizer step, the gradient of `{name}` "
-        f"(shape {describe.shape_text(param)}) differs across ranks ({per_rank}): {why}; {_hooks_text(hooks)}; "
+        f"(shape {shape}) differs across ranks ({per_rank}): {why}; {_hooks_text(hooks)}; "
         f"the optimizer step that follows moves each replica differently",
         help=help_text,
         expected=f"the gradient of `{name}` is the same on every rank after backward",
