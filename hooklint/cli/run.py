@@ -109,6 +109,10 @@ def _run_distributed(args: argparse.Namespace, config, codes, script: str | None
 
     if args.nproc < 1:
         raise UsageError(f"--nproc must be at least 1 (got {args.nproc})")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("`hooklint run --nproc` needs torch; install it or `hooklint[torch]`")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError(f"--timeout must be positive (got {args.timeout:g})")
     rank_args = [script, *script_args] if script is not None else ["-m", module or "", *script_args]

@@ -32,6 +32,9 @@ import threading
 import time
 from typing import Iterable
 
+# The parent of a launch never imports torch (it would cost seconds after the ranks are
+# done): this module and what it imports stay free of it.
+
 DIR_VAR = "HOOKLINT_DIST_DIR"
 CODES_VAR = "HOOKLINT_DIST_CODES"
 MODE_VAR = "HOOKLINT_DIST_MODE"
@@ -125,6 +128,8 @@ def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str],
             signal.signal(signal.SIGTERM, previous_handler)
         if own_folder:
             shutil.rmtree(folder, ignore_errors=True)
+    if launcher_code < 0:
+        launcher_code = 128 - launcher_code  # killed by a signal: as a shell reports it
     world_size = max([r.world_size for r in results.values()] + [nproc])
     missing = [rank for rank in range(world_size) if rank not in results]
     if timed_out:
@@ -256,8 +261,6 @@ def _signal_group(pgid: int, sig: int) -> None:
 def merged(outcome: LaunchOutcome):
     """The observations of every rank folded into one list (ranks noted), and their
     notices, deduplicated."""
-    from hooklint.runtime.distributed import observations_with_ranks
-
     world_size = max([r.world_size for r in outcome.results.values()] + [1])
     observations = observations_with_ranks({rank: r.observations for rank, r in outcome.results.items()},
                                            world_size)
@@ -270,3 +273,42 @@ def merged(outcome: LaunchOutcome):
                 seen.add(key)
                 notices.append(notice)
     return observations, notices
+
+
+# Observations made from every rank's data at once (the same on every rank): kept once.
+CROSS_RANK_CODES = frozenset({"HKL601"})
+
+
+def observations_with_ranks(per_rank: dict[int, Iterable[Observation]], world_size: int) -> list[Observation]:
+    """Fold the observations of every rank into one list: the same problem at the same
+    site is one observation, whose counts and subjects add up, and whose message
+    says on which ranks it was seen.  A cross-rank observation (HKL601), made alike
+    by every rank, is taken from the lowest rank that made it."""
+    folded: dict[tuple, Observation] = {}
+    ranks: dict[tuple, set[int]] = {}
+    first_rank: dict[tuple, int] = {}
+    for rank in sorted(per_rank):
+        for obs in per_rank[rank]:
+            known = folded.get(obs.key)
+            ranks.setdefault(obs.key, set()).add(rank)
+            if known is None:
+                folded[obs.key] = dataclasses.replace(obs, others=dict(obs.others))
+                first_rank[obs.key] = rank
+            elif obs.code not in CROSS_RANK_CODES or first_rank[obs.key] == rank:
+                known.merge(obs)
+    out = []
+    for key, obs in folded.items():
+        if obs.code not in CROSS_RANK_CODES:
+            obs.message += " " + ranks_text(sorted(ranks[key]), world_size)
+        out.append(obs)
+    return out
+
+
+def ranks_text(ranks: list[int], world_size: int) -> str:
+    if world_size <= 1:
+        return ""
+    if len(ranks) == world_size:
+        return f"[every rank: {', '.join(map(str, ranks))}]"
+    if len(ranks) == 1:
+        return f"[rank {ranks[0]} of {world_size} only]"
+    return f"[ranks {', '.join(map(str, ranks))} of {world_size}]"

@@ -155,6 +155,29 @@ def test_sigterm_to_hooklint_ends_every_process(tmp_path):
         kill_marked(marker)
 
 
+def test_ranks_die_with_a_killed_launcher(tmp_path):
+    """SIGKILL to the launcher, which can clean up nothing: its ranks die with it
+    (PR_SET_PDEATHSIG) and hooklint kills their escaped grandchildren."""
+    marker = new_marker()
+    proc = subprocess.Popen([sys.executable, "-m", "hooklint", "run", "--nproc", "2", str(PROGRAMS / "hang.py"),
+                             str(tmp_path)], cwd=tmp_path, env=env_with(marker), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_ready(tmp_path, 2), "the ranks never got ready"
+        launchers = [pid for pid in survivors(marker) if b"torch.distributed.run" in
+                     open(f"/proc/{pid}/cmdline", "rb").read()]
+        assert len(launchers) == 1
+        os.kill(launchers[0], signal.SIGKILL)
+        _out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGKILL, err[-3000:]
+        assert "ended without handing back observations" in err
+        assert wait_for_no_survivors(marker, seconds=2) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_marked(marker)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--nproc", "0"], "--nproc must be at least 1"),
     (["--timeout", "5"], "--timeout needs --nproc"),

@@ -22,7 +22,7 @@ def _obs(code="HKL602", line=7, subject="`model.0.weight`", message="a hook wrot
 
 
 def test_the_same_problem_on_every_rank_is_one_finding_naming_the_ranks():
-    from hooklint.runtime.distributed import observations_with_ranks
+    from hooklint.runtime.distributed_launch import observations_with_ranks
 
     merged = observations_with_ranks({0: [_obs()], 1: [_obs()]}, 2)
     assert len(merged) == 1
@@ -30,7 +30,7 @@ def test_the_same_problem_on_every_rank_is_one_finding_naming_the_ranks():
 
 
 def test_a_problem_of_some_ranks_says_which():
-    from hooklint.runtime.distributed import observations_with_ranks
+    from hooklint.runtime.distributed_launch import observations_with_ranks
 
     merged = observations_with_ranks({0: [], 1: [_obs()], 2: [], 3: [_obs(subject="`model.2.weight`")]}, 4)
     assert [o.full_message for o in merged] == [
@@ -41,7 +41,7 @@ def test_a_problem_of_some_ranks_says_which():
 
 def test_a_cross_rank_finding_is_kept_once():
     """HKL601 is made alike by every rank from the gathered checksums."""
-    from hooklint.runtime.distributed import observations_with_ranks
+    from hooklint.runtime.distributed_launch import observations_with_ranks
 
     diverged = _obs(code="HKL601", message="the gradient differs across ranks")
     merged = observations_with_ranks({0: [diverged, diverged], 1: [diverged, diverged]}, 2)
@@ -52,7 +52,7 @@ def test_a_cross_rank_finding_is_kept_once():
 def test_every_output_format_carries_the_merged_finding(fmt, tmp_path, monkeypatch):
     from hooklint.cli.check import source_loader
     from hooklint.report import render, rule_catalog
-    from hooklint.runtime.distributed import observations_with_ranks
+    from hooklint.runtime.distributed_launch import observations_with_ranks
     from hooklint.runtime.session import Session
 
     monkeypatch.chdir(tmp_path)
@@ -95,7 +95,7 @@ def test_cli_merges_ranks_through_the_session_fold(tmp_path, monkeypatch):
     """Observations pickle (ranks hand them back in files) and fold after the trip."""
     import pickle
 
-    from hooklint.runtime.distributed import observations_with_ranks
+    from hooklint.runtime.distributed_launch import observations_with_ranks
     from hooklint.runtime.distributed_launch import RankResult, merged, LaunchOutcome
 
     results = {rank: pickle.loads(pickle.dumps(RankResult(rank, 2, 0, [_obs()], []))) for rank in (0, 1)}
@@ -103,3 +103,31 @@ def test_cli_merges_ranks_through_the_session_fold(tmp_path, monkeypatch):
     assert [o.full_message for o in observations] == [
         o.full_message for o in observations_with_ranks({0: [_obs()], 1: [_obs()]}, 2)]
     assert notices == []
+
+
+def test_the_parent_of_a_launch_does_not_import_torch():
+    """`hooklint run --nproc` waits for the ranks and merges their files without
+    torch (importing it would add seconds after the program is done)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from hooklint.cli import build_parser\n"
+        "import hooklint.cli.run\n"
+        "from hooklint.runtime.script import check_target\n"
+        "from hooklint.runtime.session import Session\n"
+        "from hooklint.runtime.distributed_launch import LaunchOutcome, RankResult, merged\n"
+        "from hooklint.runtime.frames import Site\n"
+        "from hooklint.runtime.observation import Observation\n"
+        "site = Site('train.py', 3)\n"
+        "obs = Observation('HKL602', ('HKL602', site), site, 'm', 'h')\n"
+        "observations, _ = merged(LaunchOutcome(0, {0: RankResult(0, 2, 0, [obs]), 1: RankResult(1, 2, 0, [obs])}, 0))\n"
+        "session = Session(codes=['HKL602'])\n"
+        "session.merge(observations)\n"
+        "assert [f.code for f in session.findings] == ['HKL602']\n"
+        "print('torch' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
