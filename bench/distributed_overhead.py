@@ -11,12 +11,13 @@ DDP, a post-accumulate-grad mask on every sharded weight under FSDP2):
   DistributedDataParallel;
 - FSDP2: the same MLP, `fully_shard` on every layer and on the model.
 
-Each round launches each program once plainly and once under hooklint, in
-alternating order; rank 0 reports the time of its training steps (after one
-warm-up step).  Printed: the median over rounds of the whole launch (process
-start to exit: import of hooklint, the session, the merge of the ranks'
-results) and of one training step (instrumentation, HKL601's checksum
-all-gather after every DDP backward), and their ratios.
+Each round launches each program plainly, under hooklint, and under hooklint
+with HKL601 off (`--ignore HKL601`: no checksum, no collective), in alternating
+order; rank 0 reports its median step time (after one warm-up step).  Printed:
+the median over rounds of the whole launch (process start to exit: import of
+hooklint, the session, the merge of the ranks' results) and of the step time
+(instrumentation, and HKL601's checksums and all-reduce after every DDP
+backward), with their ratios to the plain launch.
 """
 
 from __future__ import annotations
@@ -84,24 +85,29 @@ PROGRAM = textwrap.dedent("""
         optimizer.zero_grad()
 
     step(-1)
-    start = time.perf_counter()
+    times = []
     for i in range(STEPS):
+        start = time.perf_counter()
         step(i)
-    elapsed = time.perf_counter() - start
+        times.append(time.perf_counter() - start)
     if rank == 0:
         with open(OUT, "w") as f:
-            f.write(str(elapsed / STEPS))
+            f.write(str(sorted(times)[len(times) // 2]))  # the median step: robust to a busy machine
     dist.destroy_process_group()
 """)
 
 
-def launch(instrumented: bool, program: Path, engine: str, steps: int, folder: Path) -> tuple[float, float]:
+MODES = ("plain", "hooklint", "hooklint, HKL601 off")
+
+
+def launch(mode: str, program: Path, engine: str, steps: int, folder: Path) -> tuple[float, float]:
     out = folder / "step.txt"
     if out.exists():
         out.unlink()
+    instrumented = mode != "plain"
     if instrumented:
         command = [sys.executable, "-m", "hooklint", "run", "-q", "--output-format", "concise", "--nproc", "2",
-                   str(program)]
+                   *(["--ignore", "HKL601"] if "off" in mode else []), str(program)]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                    str(program)]
@@ -111,7 +117,7 @@ def launch(instrumented: bool, program: Path, engine: str, steps: int, folder: P
                             cwd=folder, timeout=900)
     wall = time.perf_counter() - start
     if result.returncode != 0 or not out.exists():
-        raise SystemExit(f"{'hooklint' if instrumented else 'plain'} {engine} failed:\n{result.stderr[-3000:]}")
+        raise SystemExit(f"{mode} {engine} failed:\n{result.stderr[-3000:]}")
     if instrumented and result.stdout.strip():
         raise SystemExit(f"findings on the benchmark program:\n{result.stdout}")
     return wall, float(out.read_text())
@@ -128,22 +134,23 @@ def main() -> None:
         program = folder / "train.py"
         program.write_text(PROGRAM)
         for engine in ("ddp", "fsdp2"):
-            plain_wall, plain_step, lint_wall, lint_step = [], [], [], []
+            walls: dict[str, list[float]] = {m: [] for m in MODES}
+            steps: dict[str, list[float]] = {m: [] for m in MODES}
             for round_ in range(args.rounds):
-                order = (False, True) if round_ % 2 == 0 else (True, False)
-                for instrumented in order:
-                    wall, step = launch(instrumented, program, engine, args.steps, folder)
-                    (lint_wall if instrumented else plain_wall).append(wall)
-                    (lint_step if instrumented else plain_step).append(step)
-            rows.append((engine, statistics.median(plain_wall), statistics.median(lint_wall),
-                         statistics.median(plain_step) * 1000, statistics.median(lint_step) * 1000))
-    print(f"2 ranks, gloo, torch.distributed.run --standalone; {args.steps} steps; median of {args.rounds} rounds; "
-          f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'engine':8} {'plain s':>9} {'hooklint s':>11} {'ratio':>7}   {'plain ms/step':>14} "
-          f"{'hooklint ms/step':>17} {'ratio':>7}")
-    for engine, plain_wall, lint_wall, plain_step, lint_step in rows:
-        print(f"{engine:8} {plain_wall:9.2f} {lint_wall:11.2f} {lint_wall / plain_wall:6.2f}x   {plain_step:14.2f} "
-              f"{lint_step:17.2f} {lint_step / plain_step:6.2f}x")
+                order = MODES if round_ % 2 == 0 else MODES[::-1]  # alternate, so that a trend hits all alike
+                for mode in order:
+                    wall, step = launch(mode, program, engine, args.steps, folder)
+                    walls[mode].append(wall)
+                    steps[mode].append(step)
+            rows.append((engine, {m: statistics.median(walls[m]) for m in MODES},
+                         {m: statistics.median(steps[m]) * 1000 for m in MODES}))
+    print(f"2 ranks, gloo, torch.distributed.run --standalone; {args.steps} steps (median step of each run); "
+          f"median of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'engine':7} {'mode':22} {'launch s':>9} {'ratio':>7} {'ms/step':>9} {'ratio':>7}")
+    for engine, wall, step in rows:
+        for mode in MODES:
+            print(f"{engine:7} {mode:22} {wall[mode]:9.2f} {wall[mode] / wall['plain']:6.2f}x {step[mode]:9.2f} "
+                  f"{step[mode] / step['plain']:6.2f}x")
 
 
 if __name__ == "__main__":

@@ -569,6 +569,8 @@ class DistributedExtension:
             hand, self.hand_synced = self.hand_synced, {}
         if not self.divergence_checks or not dist.is_initialized() or dist.get_world_size() < 2:
             return
+        if not any("HKL601" in session.codes for session in info.sessions):
+            return  # not selected (the same on every rank): no collective at all
         # DDP's parameters: every parameter of each DDP whose synchronising forward this backward
         # consumed, in the order DDP was constructed, whatever this rank's graph used (DDP checks at
         # construction that every rank has the same parameters: the rows line up on every rank)
