@@ -21,8 +21,10 @@ which parameters an engine manages and observes what hooks do to them:
 - HKL601: at the end of every backward whose gradients are meant to be the
   same on every rank (a DDP forward that synchronises, or a hook that called
   a ``torch.distributed`` collective on a parameter or its gradient), a
-  checksum of each such gradient is all-gathered and compared.  The end of
-  backward comes before any optimizer step can use them.
+  checksum of each such gradient is taken, before any optimizer step can use
+  it, and compared across ranks by an all-reduce that runs while the program
+  goes on; it is concluded at the next backward, at
+  ``destroy_process_group`` or when the session ends.
 
 FSDP's modules are imported by the program, never by hooklint: its classes
 are patched when the program imports them (an import hook while a session is
@@ -34,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import importlib.abc
-import importlib.machinery
 import os
 import sys
 import threading
@@ -54,7 +55,6 @@ from hooklint.static.distributed import ENGINE_HELP as _ENGINE_HELP
 from hooklint.static.hooks import HookKind
 
 _FSDP_PARAM_MODULE = "torch.distributed.fsdp._fully_shard._fsdp_param"
-_DTENSOR_MODULE = "torch.distributed.tensor._api"
 _GRAD = torch._C.TensorBase.grad
 # The collectives a hand-written gradient sync calls (torch.distributed's names).
 _COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
@@ -64,8 +64,6 @@ _CHECK_TIMEOUT = float(os.environ.get("HOOKLINT_DIST_CHECK_TIMEOUT", "300"))
 # Relative difference of a gradient's sum or squared norm across ranks that counts as a
 # divergence, once the bits differ: reductions in another order change the last bits only.
 _TOLERANCE = 1e-6
-
-
 
 
 def extension() -> "DistributedExtension | None":
@@ -143,7 +141,8 @@ class DistributedExtension:
         self.ddp_order: list[weakref.ref] = []  # DDP modules in the order they were constructed
         self.ddp_params: WeakIdKeyDictionary = WeakIdKeyDictionary()  # DDP module -> [(name, param ref)]
         self.ddp_synced: WeakIdKeyDictionary = WeakIdKeyDictionary()  # DDP module -> its last forward synchronises
-        self.fsdp_params: list[weakref.ref] = []
+        # FSDP's unsharded parameters (made at the first forward) -> what manages them
+        self.unsharded: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.engines: set[str] = set()
         self.lock = threading.Lock()
         self.ddp_writes: list[DdpWrite] = []
@@ -221,6 +220,8 @@ class DistributedExtension:
         if any(owner is fsdp_param.FSDPParam for owner, *_ in self.originals):
             return
         self._patch(fsdp_param.FSDPParam, "__init__", self._fsdp_param_init(fsdp_param.FSDPParam.__init__))
+        self._patch(fsdp_param.FSDPParam, "init_unsharded_param",
+                    self._fsdp_unsharded(fsdp_param.FSDPParam.init_unsharded_param))
         self._patch(DTensor, "grad", self._dtensor_grad())
 
     # -- engines ----------------------------------------------------------------
@@ -275,6 +276,21 @@ class DistributedExtension:
         __init__.__wrapped__ = original
         return __init__
 
+    def _fsdp_unsharded(self, original):
+        ext = self
+
+        def init_unsharded_param(fsdp_param, *args, **kwargs):
+            result = original(fsdp_param, *args, **kwargs)
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is not None and unsharded not in ext.unsharded:
+                managed = ext.managed.get(fsdp_param.sharded_param)
+                if managed is not None:
+                    ext.unsharded[unsharded] = managed
+            return result
+
+        init_unsharded_param.__wrapped__ = original
+        return init_unsharded_param
+
     def fsdp_param_created(self, fsdp_param, module_info, hooks: list) -> None:
         sharded = fsdp_param.sharded_param
         caller = frames.user_frame(2)
@@ -282,8 +298,10 @@ class DistributedExtension:
         ref = weakref.ref(fsdp_param)
         with self.lock:
             self.engines.add("fsdp2")
-            self.fsdp_params.append(ref)
-            self.managed[sharded] = Managed("fsdp2", module_info.param_name, ref)
+            managed = self.managed[sharded] = Managed("fsdp2", module_info.param_name, ref)
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)  # adopted after a forward
+            if unsharded is not None:
+                self.unsharded[unsharded] = managed
             for rec in hooks:
                 if rec.kind in (HookKind.TENSOR, HookKind.POST_ACCUMULATE):
                     self.fsdp_hooks.append(PendingFsdpHook(rec, ref, True, shard_site))
@@ -313,14 +331,9 @@ class DistributedExtension:
         if param is None:
             return None
         found = self.managed.get(param)
-        if found is not None:
-            return found
-        if self.fsdp_params:
-            for ref in self.fsdp_params:
-                fsdp_param = ref()
-                if fsdp_param is not None and getattr(fsdp_param, "_unsharded_param", None) is param:
-                    return self.managed.get(fsdp_param.sharded_param)
-        return None
+        if found is None and self.unsharded:
+            found = self.unsharded.get(param)
+        return found
 
     # -- registrations and hook calls --------------------------------------------------------
     def hook_bound(self, rec) -> None:
@@ -383,8 +396,7 @@ class DistributedExtension:
     def gradient_elsewhere(self, param) -> bool:
         """FSDP2's unsharded parameters: their gradient is reduce-scattered into the
         sharded parameter's `.grad`, theirs is None after backward by design."""
-        managed = self.engine_of(param) if self.fsdp_params else None
-        return managed is not None and managed.engine == "fsdp2" and self.managed.get(param) is not managed
+        return bool(self.unsharded) and param in self.unsharded
 
     def _ddp_syncs(self, managed: Managed) -> bool:
         ddp = managed.owner()

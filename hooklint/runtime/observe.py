@@ -548,12 +548,12 @@ def parameters_without_grad(info: "BackwardInfo", elsewhere=None) -> Iterator[Ob
     for param, node, slot, _seq in info.leaves:
         if not param.requires_grad:
             continue
-        if elsewhere is not None and elsewhere(param):
-            continue
         from hooklint.runtime.core import grad_of
 
         if grad_of(param) is not None or param._post_accumulate_grad_hooks:
             continue  # a post-accumulate hook may clear `.grad` on purpose (optimizer in backward)
+        if elsewhere is not None and elsewhere(param):
+            continue
         if roots is None:
             roots = describe.Roots.capture(info.caller)
         name = roots.parameter_name(param)
