@@ -195,8 +195,8 @@ class ParamHookUnderFsdp(Rule):
             yield self.finding(
                 ctx, reg.call.func,
                 f"tensor hook `{hook_label(reg)}` on the parameter `{src(reg.receiver)}` never runs: "
-                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each parameter "
-                f"by a sharded DTensor; the gradient flows to the unsharded parameter FSDP gathers for each forward "
+                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each "
+                f"parameter by a sharded DTensor; the gradient flows to the unsharded parameter FSDP gathers for each forward "
                 f"and is reduce-scattered into `.grad` of the sharded one, so a tensor hook on either never runs"
                 f"{order}",
                 help=_HELP,

@@ -30,7 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.runtime.observation import Observation
 
 # The parent of a launch never imports torch (it would cost seconds after the ranks are
 # done): this module and what it imports stay free of it.
