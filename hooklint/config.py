@@ -5,6 +5,7 @@ so a typo never silently disables a rule."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,16 @@ from typing import Any
 from hooklint.rules import UnknownRuleError, all_rules, default_codes, expand_selectors
 
 DEFAULT_EXCLUDES = (
-    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".mypy_cache", ".nox",
+    ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".ipynb_checkpoints", ".mypy_cache",
+    ".nox",
     ".pants.d", ".pytype", ".ruff_cache", ".svn", ".tox", ".venv", "__pypackages__", "__pycache__",
     "_build", "buck-out", "build", "dist", "node_modules", "site-packages", "venv",
 )
 
 OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "sarif", "github", "junit")
+
+# ruff's values for `target-version`.
+TARGET_VERSIONS = tuple(f"py3{minor}" for minor in range(7, 15))
 
 
 class ConfigError(Exception):
@@ -41,9 +46,16 @@ class Config:
     cache: bool = True
     cache_dir: str = ".hooklint_cache"
     memory_limit: int = 4096  # MiB of address space for the worker that imports models
+    # the Python whose syntax is valid ("py312"); None: the running Python's
+    target_version: str | None = None
     # where the config file lives; relative paths in it are relative to this
     root: Path = field(default_factory=Path.cwd)
     source: Path | None = None  # the file the config came from
+    # where target_version came from, for --show-settings and messages
+    target_version_origin: str = ""
+
+    def target(self) -> tuple[int, int] | None:
+        return parse_target_version(self.target_version) if self.target_version else None
 
     def enabled_codes(self) -> set[str]:
         return resolve_codes(self.select, self.extend_select, self.ignore)
@@ -64,7 +76,8 @@ class Config:
     def fingerprint(self) -> str:
         """What in the config can change results (for caches)."""
         return repr(
-            (sorted(self.enabled_codes()), sorted(self.per_file_ignores.items()), self.models, self.timeout)
+            (sorted(self.enabled_codes()), sorted(self.per_file_ignores.items()), self.models, self.timeout,
+             self.target_version)
         )
 
 
@@ -104,7 +117,63 @@ def _specificity(selector: str, code: str) -> int | None:
     return None
 
 
-_KEYS = {f.name.replace("_", "-") for f in fields(Config)} - {"root", "source"}
+_KEYS = {f.name.replace("_", "-") for f in fields(Config)} - {"root", "source", "target-version-origin"}
+
+
+def parse_target_version(value: str) -> tuple[int, int]:
+    return 3, int(value[3:])
+
+
+def validate_target_version(value: object, where: str) -> str:
+    if not isinstance(value, str) or value.lower() not in TARGET_VERSIONS:
+        raise ConfigError(f"{where}: `target-version` must be one of {', '.join(TARGET_VERSIONS)}")
+    return value.lower()
+
+
+_SPECIFIER = re.compile(r"^\s*(~=|===|==|>=|>|<=|<|!=)\s*v?(\d+)(?:\.(\d+|\*))?")
+
+
+def requires_python_floor(spec: str) -> tuple[int, int] | None:
+    """The lowest Python 3 version a ``requires-python`` specifier allows
+    (``>=3.10``, ``~=3.11``, ``>=3.9,<4``, ``==3.12.*``), or None when it sets no
+    lower bound hooklint can read."""
+    floor: tuple[int, int] | None = None
+    for part in spec.split(","):
+        match = _SPECIFIER.match(part)
+        if match is None or match.group(1) in ("<", "<=", "!="):
+            continue
+        major = int(match.group(2))
+        minor = int(match.group(3)) if match.group(3) and match.group(3) != "*" else 0
+        if major != 3:
+            if major > 3:
+                return None
+            continue
+        if floor is None or (major, minor) > floor:
+            floor = (major, minor)
+    return floor
+
+
+def target_from_pyproject(start: Path) -> tuple[str, str] | None:
+    """(target-version, where it came from) from the ``requires-python`` of the
+    nearest ``pyproject.toml`` at or above ``start``."""
+    for directory in [start, *start.parents]:
+        pyproject = directory / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        try:
+            data = load_toml(pyproject)
+        except ConfigError:
+            return None
+        project = data.get("project")
+        spec = project.get("requires-python") if isinstance(project, dict) else None
+        if not isinstance(spec, str):
+            return None
+        floor = requires_python_floor(spec)
+        if floor is None:
+            return None
+        minor = min(max(floor[1], 7), 14)
+        return f"py3{minor}", f"requires-python = {spec!r} in {pyproject}"
+    return None
 
 
 def validate_selectors(values: list[str], where: str) -> None:
@@ -166,10 +235,33 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: `cache-dir` must be a string")
             cfg.cache_dir = value
+        elif key == "target-version":
+            cfg.target_version = validate_target_version(value, where)
+            cfg.target_version_origin = f"target-version in {where}"
     return cfg
 
 
+_TOML_CACHE: dict[tuple[str, int, int], dict[str, Any]] = {}
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's table; a file read before (same size and mtime) is not
+    parsed again (finding the configuration, then `requires-python`, read the
+    same pyproject.toml)."""
+    try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _TOML_CACHE:
+        return _TOML_CACHE[key]
+    data = _parse_toml(path)
+    if key is not None:
+        _TOML_CACHE[key] = data
+    return data
+
+
+def _parse_toml(path: Path) -> dict[str, Any]:
     try:  # Python 3.11+; imported here, as most runs read no configuration
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -212,7 +304,9 @@ def load_config(explicit: str | None = None, start: Path | None = None, isolated
     else:
         found = find_config_file(start or Path.cwd())
         if found is None:
-            return Config(root=(start or Path.cwd()).resolve())
+            cfg = Config(root=(start or Path.cwd()).resolve())
+            _default_target(cfg, cfg.root)
+            return cfg
         path = found
     data = load_toml(path)
     if path.name == "pyproject.toml":
@@ -221,7 +315,18 @@ def load_config(explicit: str | None = None, start: Path | None = None, isolated
         table = data
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.hooklint] must be a table")
-    return config_from_table(table, path.resolve().parent, path)
+    cfg = config_from_table(table, path.resolve().parent, path)
+    _default_target(cfg, cfg.root)
+    return cfg
+
+
+def _default_target(cfg: Config, start: Path) -> None:
+    """Without `target-version`, the project's `requires-python` decides (as in ruff)."""
+    if cfg.target_version is not None:
+        return
+    found = target_from_pyproject(start.resolve())
+    if found is not None:
+        cfg.target_version, cfg.target_version_origin = found
 
 
 def env_flag(name: str) -> bool:

@@ -13,6 +13,7 @@ from hooklint.config import Config
 from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel, Report
 from hooklint.static.checker import FileResult, check_file
+from hooklint.static.notebook import is_notebook
 
 
 class UsageError(Exception):
@@ -27,6 +28,8 @@ class CheckOptions:
     static_only: bool = False
     prefilter: bool = True
     jobs: int = 1
+    # The project pass: call sites across the checked files (hooklint.static.project).
+    project: bool = True
     # Called with the files to check; returns per-file graph facts and notices.
     # Set by the CLI when the graph layer is available (hooklint.graph).
     graph_provider: Callable[[list[str], Config], tuple[dict[str, Any], list[Notice]]] | None = None
@@ -73,9 +76,11 @@ def ignored_codes(path: str, options: CheckOptions) -> frozenset[str]:
     return frozenset(cfg.ignored_for(rel_to_root(path, cfg.root))) if cfg.per_file_ignores else frozenset()
 
 
-def check_one(path: str, options: CheckOptions, graph: Any = None) -> FileResult:
+def check_one(path: str, options: CheckOptions, graph: Any = None, *,
+              project_answers: dict[str, Any] | None = None, summarize: bool = False) -> FileResult:
     return check_file(path, options.codes, display_path=display_path(path), ignored=ignored_codes(path, options),
-                      graph=graph, prefilter=options.prefilter)
+                      graph=graph, prefilter=options.prefilter, target=options.config.target(),
+                      project_answers=project_answers, summarize=summarize)
 
 
 def internal_error_result(path: str, exc: Exception) -> FileResult:
@@ -87,8 +92,10 @@ def run_check(options: CheckOptions) -> Report:
     files = discover(options)
     report = Report(files_checked=len(files))
     graph_facts: dict[str, Any] = {}
-    if not options.static_only and options.graph_provider is not None and files:
-        graph_facts, notices = options.graph_provider(files, options.config)
+    # notebooks are never imported: the graph layer sees Python files only
+    modules = [path for path in files if not is_notebook(path)]
+    if not options.static_only and options.graph_provider is not None and modules:
+        graph_facts, notices = options.graph_provider(modules, options.config)
         report.notices.extend(notices)
     results = check_many(files, options, graph_facts)
     for result in results:
@@ -98,9 +105,10 @@ def run_check(options: CheckOptions) -> Report:
 
 
 def check_many(files: list[str], options: CheckOptions, graph_facts: dict[str, Any]) -> list[FileResult]:
-    """Check files, in parallel when ``options.jobs > 1`` and through the cache
-    of static results when the CLI set one up; results in input order."""
-    if (options.jobs > 1 and len(files) > 1) or options.extra.get("static_cache") is not None:
+    """Check files, in parallel when ``options.jobs > 1``, through the cache
+    of static results when the CLI set one up, and with the project pass
+    (call sites across files) when there are several; results in input order."""
+    if len(files) > 1 or options.extra.get("static_cache") is not None:
         from hooklint.parallel import check_parallel
 
         return check_parallel(files, options, graph_facts)

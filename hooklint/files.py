@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-PYTHON_SUFFIXES = (".py", ".pyi")
+# Jupyter notebooks are checked cell by cell (hooklint.static.notebook).
+PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 @lru_cache(maxsize=1024)
@@ -215,6 +216,11 @@ class Walker:
             ignore = ignore.child(cur, rel)
         return ignore
 
+    def excludes_file(self, path: Path) -> bool:
+        """Would a file at ``path`` be skipped by the excludes or .gitignore
+        (whether it exists or not: stdin's --stdin-filename)?"""
+        return self.excluded(path, False) or self._gitignore_for(path.parent).ignores(self.rel(path), False)
+
     def files(self, paths: list[str]) -> list[str]:
         out: list[str] = []
         seen: set[str] = set()
@@ -226,8 +232,7 @@ class Walker:
             if path.is_dir():
                 self._walk(path, out, seen)
             else:
-                if self.force_exclude and (self.excluded(path, False) or
-                                           self._gitignore_for(path.parent).ignores(self.rel(path), False)):
+                if self.force_exclude and self.excludes_file(path):
                     continue
                 key = os.path.normpath(raw)
                 if key not in seen:

@@ -4,6 +4,10 @@ The static, graph and runtime layers all report :class:`Finding` values; the
 reporting layer renders them without knowing anything about rules.  Rows and
 columns are 1-based everywhere (columns count characters, not bytes), as in
 ruff's JSON output; the flake8 bridge converts to flake8's 0-based columns.
+
+In a Jupyter notebook a place is a code cell (``cell``: its 1-based position
+among all the notebook's cells, as the notebook shows them) and a row and
+column within that cell; ``cell`` is None in other files.
 """
 
 from __future__ import annotations
@@ -81,9 +85,17 @@ class Related:
     message: str
     path: str
     location: Location
+    cell: int | None = None  # the notebook cell of ``location``
 
     def to_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "filename": self.path, "location": self.location.to_dict()}
+        out: dict[str, Any] = {"message": self.message, "filename": self.path, "location": self.location.to_dict()}
+        if self.cell is not None:
+            out["cell"] = self.cell
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Related":
+        return cls(data["message"], data["filename"], Location(**data["location"]), data.get("cell"))
 
 
 @dataclass(frozen=True)
@@ -100,16 +112,19 @@ class Finding:
     origin: Origin = Origin.STATIC
     related: tuple[Related, ...] = ()
     url: str = ""
+    cell: int | None = None  # notebooks: the code cell ``location`` is in (rows count from the cell's start)
 
     def sort_key(self) -> tuple:
-        return (self.path, self.location.row, self.location.column, self.code, self.message)
+        return (self.path, self.cell or 0, self.location.row, self.location.column, self.code, self.message)
 
     def with_changes(self, **changes: Any) -> "Finding":
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """ruff's JSON keys, plus what hooklint adds (name, severity, help, origin, related)."""
+        """ruff's JSON keys (``cell`` is null outside notebooks, as in ruff), plus what
+        hooklint adds (name, severity, help, origin, related)."""
         return {
+            "cell": self.cell,
             "code": self.code,
             "name": self.name,
             "message": self.message,
@@ -148,15 +163,14 @@ class Finding:
             ),
             url=data.get("url", ""),
             origin=Origin(data.get("origin", "static")),
-            related=tuple(
-                Related(r["message"], r["filename"], Location(**r["location"]))
-                for r in data.get("related", ())
-            ),
+            related=tuple(Related.from_dict(r) for r in data.get("related", ())),
+            cell=data.get("cell"),
         )
 
 
 class NoticeLevel(str, enum.Enum):
     INFO = "info"  # e.g. "class X analysed by running a forward (fx could not trace it)"
+    WARNING = "warning"  # a problem in the user's configuration or comments, e.g. `# noqa: HKL999`
     SKIP = "skip"  # a file or model that was not analysed, with the reason
     ERROR = "error"  # a file that could not be read, a model file that crashed
 
@@ -168,13 +182,20 @@ class Notice:
     path: str
     message: str
     level: NoticeLevel = NoticeLevel.INFO
+    # Notices with the same non-empty key are said once per run (the first by
+    # path), e.g. one warning per unknown code named in `# noqa` comments.
+    once_key: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"filename": self.path, "message": self.message, "level": self.level.value}
+        out = {"filename": self.path, "message": self.message, "level": self.level.value}
+        if self.once_key:
+            out["once_key"] = self.once_key
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Notice":
-        return cls(data["filename"], data["message"], NoticeLevel(data.get("level", "info")))
+        return cls(data["filename"], data["message"], NoticeLevel(data.get("level", "info")),
+                   data.get("once_key", ""))
 
 
 @dataclass
@@ -191,3 +212,18 @@ class Report:
 
     def extend(self, findings: Iterable[Finding]) -> None:
         self.findings.extend(findings)
+
+    def unique_notices(self) -> list[Notice]:
+        """The notices sorted by (path, message), each ``once_key`` kept once."""
+        seen: set[str] = set()
+        out = []
+        for n in sorted(self.notices, key=lambda n: (n.path, n.message)):
+            if n.once_key:
+                if n.once_key in seen:
+                    continue
+                seen.add(n.once_key)
+            out.append(n)
+        return out
+
+    def count_notices(self, level: NoticeLevel) -> int:
+        return sum(1 for n in self.unique_notices() if n.level is level)

@@ -44,6 +44,12 @@ def _codes_for(filename: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(cfg.enabled_codes()), ignored
 
 
+def _target_for(filename: str) -> tuple[int, int] | None:
+    folder = str(Path(filename).resolve().parent) if filename not in _STDIN else str(Path.cwd())
+    cfg = _config_for(folder)
+    return cfg.target() if cfg is not None else None
+
+
 class HooklintChecker:
     name = "hooklint"
     version = __version__
@@ -57,6 +63,6 @@ class HooklintChecker:
     def run(self) -> Iterator[tuple[int, int, str, type]]:
         codes, ignored = _codes_for(self.filename)
         text = "".join(self.lines)
-        result = check_text(self.filename, text, codes, ignored=ignored)
+        result = check_text(self.filename, text, codes, ignored=ignored, target=_target_for(self.filename))
         for f in sorted(result.findings, key=lambda f: f.sort_key()):
             yield f.location.row, f.location.column - 1, f"{f.code} {f.message}", type(self)

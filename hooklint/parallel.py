@@ -19,13 +19,14 @@ import dataclasses
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes, internal_error_result
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
-from hooklint.static.checker import FileResult, check_text
-from hooklint.static.source import SourceError, decode_source
+from hooklint.static.checker import FileResult, check_text, read_checkable
+from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
+from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
     from concurrent.futures import Future
@@ -82,11 +83,15 @@ class Outcome:
     record: Record | None  # set when the result may be cached
 
 
+# (index, path, expected sha256, read for the cache, answers about the project, summarize)
+CheckTask = tuple[int, str, "str | None", bool, "dict[str, Any] | None", bool]
+
+
 def check_task(index: int, path: str, options: CheckOptions, graph: Any, expected_sha: str | None,
-               for_cache: bool) -> Outcome:
+               for_cache: bool, answers: dict[str, Any] | None = None, summarize: bool = False) -> Outcome:
     """Check one file; read it here (not in check_file) when the cache needs its hash."""
     if graph is not None or not for_cache:
-        return Outcome(index, _guarded_check(path, options, graph), None)
+        return Outcome(index, _guarded_check(path, options, graph, answers, summarize), None)
     try:
         data, record = read_for_cache(path)
     except SourceError:
@@ -94,12 +99,14 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
     if expected_sha is not None and record.sha256 == expected_sha:
         return Outcome(index, None, record)
     try:
-        text = decode_source(data)
+        text, notebook = read_checkable(path, data)
     except SourceError:
         return Outcome(index, _guarded_check(path, options, None), None)  # reports the decoding problem
     try:
         result = check_text(path, text, options.codes, display_path=display_path(path),
-                            ignored=ignored_codes(path, options), prefilter=options.prefilter)
+                            ignored=ignored_codes(path, options), prefilter=options.prefilter,
+                            target=options.config.target(), notebook=notebook, project_answers=answers,
+                            summarize=summarize)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise
@@ -107,13 +114,76 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
     return Outcome(index, result, record)
 
 
-def _guarded_check(path: str, options: CheckOptions, graph: Any) -> FileResult:
+def _guarded_check(path: str, options: CheckOptions, graph: Any, answers: dict[str, Any] | None = None,
+                   summarize: bool = False) -> FileResult:
     try:
-        return check_one(path, options, graph)
+        return check_one(path, options, graph, project_answers=answers, summarize=summarize)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise
         return internal_error_result(path, exc)
+
+
+@dataclasses.dataclass
+class ScanOutcome:
+    index: int
+    summary: dict[str, Any] | None  # the file names one of the names: its call-graph summary
+    record: Record | None  # set when read for the cache
+
+
+# (index, path, names, read for the cache)
+ScanTask = tuple[int, str, tuple[str, ...], bool]
+
+
+def scan_task(index: int, path: str, names: tuple[str, ...], for_cache: bool) -> ScanOutcome:
+    """The project pass's second phase for a file the prefilter ruled out: does
+    its text name a function or class whose call sites matter?  If so, its
+    summary (its call sites); it is never checked by the rules."""
+    try:
+        if for_cache:
+            data, record = read_for_cache(path)
+        else:
+            data, record = read_regular_file(path)[0], None
+    except SourceError:
+        return ScanOutcome(index, None, None)
+    if not any(name.encode() in data for name in names):
+        return ScanOutcome(index, None, record)
+    try:
+        text = read_checkable(path, data)[0]
+        summary = summarize_source(path, text, display_path(path), names)
+    except SourceError:
+        summary = None
+    except Exception:  # noqa: BLE001 - a summary that cannot be made only loses call sites
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise
+        summary = None
+    return ScanOutcome(index, summary, record)
+
+
+@dataclasses.dataclass
+class RefineOutcome:
+    index: int
+    facts: dict[tuple[int, int, str], list[Any] | None]  # by (line, column, via) of the site
+    record: Record | None
+
+
+# (index, path, positions of the sites, read for the cache)
+RefineTask = tuple[int, str, tuple[tuple[int, int, str], ...], bool]
+
+
+def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ...], for_cache: bool) -> RefineOutcome:
+    """The facts of some call sites of a file (the project pass asks for the
+    sites on the chains of callers it follows; see ProjectIndex.missing)."""
+    try:
+        data, record = read_for_cache(path) if for_cache else (read_regular_file(path)[0], None)
+        facts = site_facts_of_source(path, read_checkable(path, data)[0], display_path(path), positions)
+    except SourceError:
+        return RefineOutcome(index, {}, None)
+    except Exception:  # noqa: BLE001 - missing facts only lose call sites
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise
+        return RefineOutcome(index, {}, None)
+    return RefineOutcome(index, facts or {}, record)
 
 
 # ---------------------------------------------------------------- workers
@@ -129,10 +199,19 @@ def _init_worker(options: CheckOptions, graph_facts: dict[str, Any]) -> None:
     _WORKER_STATE["graph"] = graph_facts
 
 
-def _run_tasks(tasks: list[tuple[int, str, str | None, bool]]) -> list[Outcome]:
+def _run_tasks(tasks: list[CheckTask]) -> list[Outcome]:
     options = _WORKER_STATE["options"]
     graph = _WORKER_STATE["graph"]
-    return [check_task(i, path, options, graph.get(path), sha, for_cache) for i, path, sha, for_cache in tasks]
+    return [check_task(i, path, options, graph.get(path), sha, for_cache, answers, summarize)
+            for i, path, sha, for_cache, answers, summarize in tasks]
+
+
+def _run_scans(tasks: list[ScanTask]) -> list[ScanOutcome]:
+    return [scan_task(*task) for task in tasks]
+
+
+def _run_refines(tasks: list[RefineTask]) -> list[RefineOutcome]:
+    return [refine_task(*task) for task in tasks]
 
 
 def _context() -> BaseContext:
@@ -151,10 +230,10 @@ def _portable(options: CheckOptions) -> CheckOptions:
     return dataclasses.replace(options, graph_provider=None, extra={})
 
 
-def _in_pool(tasks: list[tuple[int, str, str | None, bool]], jobs: int, options: CheckOptions,
-             graph_facts: dict[str, Any]) -> tuple[list[Outcome], list[tuple[int, str, str | None, bool]]]:
-    """Run tasks in a pool; returns the outcomes and the tasks left unanswered
-    when a worker died."""
+def _in_pool(tasks: list[tuple], jobs: int, options: CheckOptions, graph_facts: dict[str, Any],
+             runner: Callable[[list], list]) -> tuple[list[Any], list[tuple]]:
+    """Run tasks (tuples starting with index and path) in a pool; returns the
+    outcomes and the tasks left unanswered when a worker died."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -162,16 +241,16 @@ def _in_pool(tasks: list[tuple[int, str, str | None, bool]], jobs: int, options:
     by_size = sorted(tasks, key=_file_size, reverse=True)
     per_task = max(1, min(MAX_FILES_PER_TASK, len(tasks) // (jobs * TASKS_PER_WORKER)))
     chunks = [by_size[i:i + per_task] for i in range(0, len(by_size), per_task)]
-    outcomes: list[Outcome] = []
+    outcomes: list[Any] = []
     pending: dict[Future, list] = {}
-    lost: list[tuple[int, str, str | None, bool]] = []
-    needed = {path for _i, path, _s, _c in tasks}
+    lost: list[tuple] = []
+    needed = {task[1] for task in tasks}
     graph = {p: g for p, g in graph_facts.items() if p in needed}
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                                    initargs=(_portable(options), graph))
     try:
         for chunk in chunks:
-            pending[executor.submit(_run_tasks, chunk)] = chunk
+            pending[executor.submit(runner, chunk)] = chunk
         for future in as_completed(pending):
             try:
                 outcomes.extend(future.result())
@@ -182,32 +261,56 @@ def _in_pool(tasks: list[tuple[int, str, str | None, bool]], jobs: int, options:
     return outcomes, lost
 
 
-def _file_size(task: tuple[int, str, str | None, bool]) -> int:
+def _file_size(task: tuple) -> int:
     try:
         return os.stat(task[1]).st_size
     except OSError:
         return 0
 
 
-def _resilient(tasks: list[tuple[int, str, str | None, bool]], jobs: int, options: CheckOptions,
-               graph_facts: dict[str, Any]) -> list[Outcome]:
+def _resilient(tasks: list[tuple], jobs: int, options: CheckOptions, graph_facts: dict[str, Any],
+               runner: Callable[[list], list], crashed: Callable[[tuple], Any]) -> list[Any]:
     """Run tasks in a pool; when a worker dies, run the unanswered tasks again
-    in halves until the file that kills its process is alone."""
-    outcomes, lost = _in_pool(tasks, jobs, options, graph_facts)
+    in halves until the file that kills its process is alone (``crashed``
+    gives its outcome)."""
+    outcomes, lost = _in_pool(tasks, jobs, options, graph_facts, runner)
     if not lost:
         return outcomes
     if len(lost) == 1 and len(tasks) == 1:
-        index, path = lost[0][0], lost[0][1]
-        shown = display_path(path)
-        return [Outcome(index, FileResult(shown, notices=[Notice(
-            shown, "the static check of this file ended its process abruptly (a crash or the out-of-memory "
-            "killer); the file was not checked; please report it", NoticeLevel.ERROR)]), None)]
+        return [crashed(lost[0])]
     lost.sort()
     half = max(len(lost) // 2, 1)
     for part in (lost[:half], lost[half:]):
         if part:
-            outcomes += _resilient(part, min(jobs, len(part)), options, graph_facts)
+            outcomes += _resilient(part, min(jobs, len(part)), options, graph_facts, runner, crashed)
     return outcomes
+
+
+def _crashed_check(task: tuple) -> Outcome:
+    index, path = task[0], task[1]
+    shown = display_path(path)
+    return Outcome(index, FileResult(shown, notices=[Notice(
+        shown, "the static check of this file ended its process abruptly (a crash or the out-of-memory "
+        "killer); the file was not checked; please report it", NoticeLevel.ERROR)]), None)
+
+
+def _crashed_scan(task: tuple) -> ScanOutcome:
+    return ScanOutcome(task[0], None, None)
+
+
+def _crashed_refine(task: tuple) -> RefineOutcome:
+    return RefineOutcome(task[0], {}, None)
+
+
+def _run(tasks: list[tuple], options: CheckOptions, graph_facts: dict[str, Any], runner: Callable[[list], list],
+         crashed: Callable[[tuple], Any]) -> list[Any]:
+    """In worker processes when there are enough tasks and jobs, else here."""
+    if options.jobs > 1 and len(tasks) >= MIN_PARALLEL_FILES:
+        return _resilient(tasks, min(options.jobs, len(tasks)), options, graph_facts, runner, crashed)
+    if runner is not _run_tasks:
+        return runner(tasks)
+    return [check_task(i, path, options, graph_facts.get(path), sha, for_cache, answers, summarize)
+            for i, path, sha, for_cache, answers, summarize in tasks]
 
 
 # ---------------------------------------------------------------- a run
@@ -215,39 +318,194 @@ def _resilient(tasks: list[tuple[int, str, str | None, bool]], jobs: int, option
 
 def check_parallel(files: list[str], options: CheckOptions, graph_facts: dict[str, Any]) -> list[FileResult]:
     """Check ``files`` with ``options.jobs`` processes and the static cache when
-    ``options.extra["static_cache"]`` is set; results in input order."""
+    ``options.extra["static_cache"]`` is set, then run the project pass when
+    there are several files; results in input order."""
     cache: StaticCache | None = options.extra.get("static_cache")
+    project = options.project and len(files) > 1
     results: list[FileResult | None] = [None] * len(files)
-    tasks: list[tuple[int, str, str | None, bool]] = []
+    records: dict[int, Record] = {}  # results to store in the cache
+    tasks: list[CheckTask] = []
     for index, path in enumerate(files):
         expected = None
         if cache is not None and graph_facts.get(path) is None:
             hit, expected = cache.lookup(path)
-            if hit is not None:
+            if hit is not None and (not project or not hit.parsed or hit.summary is not None):
                 results[index] = hit
                 continue
-        tasks.append((index, path, expected, cache is not None))
+        tasks.append((index, path, expected, cache is not None, None, project))
 
-    if options.jobs > 1 and len(tasks) >= MIN_PARALLEL_FILES:
-        outcomes = _resilient(tasks, min(options.jobs, len(tasks)), options, graph_facts)
-    else:
-        outcomes = [check_task(i, path, options, graph_facts.get(path), sha, for_cache)
-                    for i, path, sha, for_cache in tasks]
+    for outcome in _run(tasks, options, graph_facts, _run_tasks, _crashed_check):
+        _settle(outcome, files, results, records, options, cache)
 
-    for outcome in outcomes:
-        path = files[outcome.index]
-        if outcome.result is None:  # unchanged bytes under a new stat signature
-            assert cache is not None and outcome.record is not None
-            reused = cache.reuse(path, outcome.record)
-            results[outcome.index] = reused if reused is not None else _guarded_check(path, options, None)
-            continue
-        results[outcome.index] = outcome.result
-        if cache is not None and outcome.record is not None:
-            cache.store(path, outcome.record, outcome.result)
-    if cache is not None:
-        cache.save()
     done = [r for r in results if r is not None]
     assert len(done) == len(files), "a file without a result"
+    scan_valid: set[int] = set()
+    if project:
+        project_pass = ProjectPass(files, done, records, options, cache, graph_facts)
+        project_pass.run()
+        scan_valid = project_pass.scan_valid
+        options.extra["project_pass"] = project_pass.figures()
+    if cache is not None:
+        for index, record in records.items():
+            cache.store(files[index], record, done[index], scanned=index in scan_valid)
+        cache.save()
     if cache is not None and cache.error:
         done.append(FileResult(str(cache.folder), notices=[Notice(str(cache.folder), cache.error)]))
+    for result in done:  # what the report needs, not the project pass's working data
+        result.summary = result.asked = None
     return done
+
+
+def _settle(outcome: Outcome, files: list[str], results: list[FileResult | None], records: dict[int, Record],
+            options: CheckOptions, cache: StaticCache | None) -> None:
+    path = files[outcome.index]
+    if outcome.result is None:  # unchanged bytes under a new stat signature
+        assert cache is not None and outcome.record is not None
+        reused = cache.reuse(path, outcome.record)
+        results[outcome.index] = reused if reused is not None else _guarded_check(path, options, None)
+        return
+    results[outcome.index] = outcome.result
+    if cache is not None and outcome.record is not None:
+        records[outcome.index] = outcome.record
+
+
+# Rounds of the text search for callers: each round follows one more link of
+# a chain of callers that the files found so far show.
+MAX_SCAN_ROUNDS = 4
+# Names searched in one run at most (each one is a search of every file's text).
+MAX_SEARCHED_NAMES = 128
+
+
+class ProjectPass:
+    """The second half of a run over several files (docs/developing.md,
+    "Cross-file analysis").
+
+    Every parsed file has its call-graph summary and the questions its rules
+    asked about other files (with the answers a run on that file alone
+    gives).  The summaries merge into a :class:`ProjectIndex`.  Files the
+    prefilter ruled out can still call a hook-registering function: their
+    text is searched for the names that could answer the questions (the
+    function's or its class's name), and those that name one are summarized.
+    Then every file whose questions get other answers from the whole project
+    is checked again with those answers.
+    """
+
+    def __init__(self, files: list[str], results: list[FileResult], records: dict[int, Record],
+                 options: CheckOptions, cache: StaticCache | None, graph_facts: dict[str, Any]):
+        self.files = files
+        self.results = results
+        self.records = records
+        self.options = options
+        self.cache = cache
+        self.graph_facts = graph_facts
+        self.scanned = 0  # files whose text was searched
+        # files known not to name any of the cache's `scan_names` (stored with the flag)
+        self.scan_valid: set[int] = set()
+        self.summarized = 0  # of those, files summarized
+        self.rechecked = 0
+        self.refined = 0  # files whose call sites got their facts
+
+    def figures(self) -> dict[str, int]:
+        return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
+                "rechecked": self.rechecked}
+
+    def run(self) -> None:
+        index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
+        questions = {parse_key(key) for r in self.results if r.asked for key in r.asked}
+        if not questions:
+            return
+        self._find_callers(index, questions)
+        recheck: list[CheckTask] = []
+        for _attempt in range(MAX_SCAN_ROUNDS):
+            recheck = []
+            for i, result in enumerate(self.results):
+                if not result.asked:
+                    continue
+                answers = {key: _answer(index, key) for key in result.asked}
+                if answers != result.asked:
+                    recheck.append((i, self.files[i], None, self.cache is not None, answers, True))
+            if not self._refine(index):
+                break
+        self.rechecked = len(recheck)
+        for outcome in _run(recheck, self.options, self.graph_facts, _run_tasks, _crashed_check):
+            if outcome.result is not None:
+                self.results[outcome.index] = outcome.result
+                if outcome.record is not None:
+                    self.records[outcome.index] = outcome.record
+                else:
+                    self.records.pop(outcome.index, None)
+
+    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
+        pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
+                   and not r.notices]
+        searched: set[str] = set()
+        known_names = set(self.cache.scan_names) if self.cache is not None else set()
+        for _round in range(MAX_SCAN_ROUNDS):
+            names = index.names_for(questions) - searched
+            if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
+                names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
+            progress = self._refine(index)
+            if not names or not pending:
+                if progress:
+                    continue
+                break
+            searched |= names
+            # files the cache says name none of a superset of these names are skipped;
+            # the others are searched for that whole superset, so that the cache can say so next time
+            trusted = bool(known_names) and names <= known_names
+            wanted = tuple(sorted(known_names if trusted else names))
+            tasks: list[ScanTask] = []
+            for i in pending:
+                if trusted and i not in self.records and self.cache is not None and self.cache.scanned(self.files[i]):
+                    continue
+                tasks.append((i, self.files[i], wanted, self.cache is not None))
+            self.scanned += len(tasks)
+            found = []
+            for outcome in _run(tasks, self.options, self.graph_facts, _run_scans, _crashed_scan):
+                result = self.results[outcome.index]
+                if outcome.summary is not None:
+                    result.summary = outcome.summary
+                    index.add(outcome.summary)
+                    found.append(outcome.index)
+                else:
+                    self.scan_valid.add(outcome.index)
+                if outcome.record is not None:
+                    self.records[outcome.index] = outcome.record
+            self.summarized += len(found)
+            hits = set(found)
+            pending = [i for i in pending if i not in hits]
+            self.scan_valid -= hits
+        if self.cache is not None and searched and not searched <= known_names:
+            self.cache.scan_names = sorted(searched)
+
+    def _refine(self, index: ProjectIndex) -> bool:
+        """Compute the facts of the call sites the index found missing; False when none were."""
+        if not index.missing:
+            return False
+        by_path = {display_path(path): i for i, path in enumerate(self.files)}
+        wanted: dict[int, tuple[dict[str, Any], set[tuple[int, int, str]]]] = {}
+        for summary, positions in index.missing.values():
+            i = by_path.get(summary["path"])
+            if i is not None:
+                wanted[i] = (summary, positions)
+        index.missing = {}
+        tasks: list[RefineTask] = [(i, self.files[i], tuple(sorted(positions)), self.cache is not None)
+                                   for i, (_summary, positions) in wanted.items()]
+        self.refined += len(tasks)
+        for outcome in _run(tasks, self.options, self.graph_facts, _run_refines, _crashed_refine):
+            summary, positions = wanted[outcome.index]
+            for site in summary["sites"]:
+                key = (site[3], site[4], site[6])
+                if key in positions:
+                    # a file that changed meanwhile: its site counts as guarded (no reason)
+                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}]
+            if outcome.record is not None and self.results[outcome.index].summary is summary:
+                self.records[outcome.index] = outcome.record
+        index.changed()
+        return True
+
+
+def _answer(index: ProjectIndex, key: str) -> list[Any] | None:
+    qual, needed = parse_key(key)
+    found = index.first_reason(qual, needed)
+    return None if found is None else found.to_list()

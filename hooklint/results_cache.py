@@ -19,6 +19,15 @@ could change without changing its signature (git's "racy" entries).
 Results that depend on more than the file are never stored: files with graph
 facts (those are cached by the graph layer) and results with an internal
 error.  Unreadable or undecodable files are checked again every time.
+
+The project pass (``hooklint.parallel.ProjectPass``) makes a file's result
+depend on other files, but only through the questions its rules asked about
+them.  So each entry also keeps the file's call-graph summary and those
+questions with the answers they got; a warm run rebuilds the project index
+from the stored summaries, and a file whose questions now get other answers
+is checked again (its bytes need not change).  For files the prefilter rules
+out, the entry says whether their text names none of the index's
+``scan_names`` (then they need not be searched again), or holds their summary.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ from hooklint.static.source import read_regular_file
 RACY_NS = 2_000_000_000
 # Index files of other configurations kept next to the current one.
 MAX_INDEXES = 8
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 
 
 def signature(st: os.stat_result) -> list[int]:
@@ -82,7 +91,7 @@ def read_for_cache(path: str) -> tuple[bytes, Record]:
 
 class StaticCache:
     def __init__(self, folder: Path, codes: frozenset[str], *, per_file_ignores: dict[str, list[str]],
-                 root: Path, prefilter: bool):
+                 root: Path, prefilter: bool, target_version: str | None = None):
         self.folder = folder
         key_data = {
             "format": INDEX_FORMAT, "hooklint": __version__, "code": code_fingerprint(),
@@ -90,28 +99,52 @@ class StaticCache:
             "per-file-ignores": sorted((k, sorted(v)) for k, v in per_file_ignores.items()),
             "root": str(root), "cwd": os.getcwd(), "prefilter": prefilter,
         }
+        if target_version is not None:  # which syntax is valid changes results (HKL001)
+            key_data["target-version"] = target_version
         self.key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:32]
         self.index_path = folder / "static" / f"{self.key}.json"
         self._entries: dict[str, list[Any]] | None = None
         self._updates: dict[str, list[Any]] = {}
+        self._scan_names: list[str] | None = None  # read with the entries
         self.hits = 0
         self.error: str | None = None
 
     @property
     def entries(self) -> dict[str, list[Any]]:
         if self._entries is None:
-            self._entries = self._load()
+            self._entries, names = self._load()
+            if self._scan_names is None:
+                self._scan_names = names
         return self._entries
 
-    def _load(self) -> dict[str, list[Any]]:
+    @property
+    def scan_names(self) -> list[str]:
+        """The names that every entry flagged as scanned is known not to contain."""
+        self.entries  # noqa: B018 - loads the index
+        return self._scan_names or []
+
+    @scan_names.setter
+    def scan_names(self, names: list[str]) -> None:
+        self.entries  # noqa: B018 - loads the index
+        self._scan_names = sorted(names)
+        self._scan_names_changed = True
+
+    def scanned(self, path: str) -> bool:
+        """Is the file, unchanged since, known not to name any of ``scan_names``?"""
+        entry = self.entries.get(path)
+        return _well_formed(entry) and bool(entry[4].get("n"))
+
+    def _load(self) -> tuple[dict[str, list[Any]], list[str]]:
         try:
             with open(self.index_path, encoding="utf-8") as handle:
                 data = json.load(handle)
         except (OSError, ValueError):
-            return {}
+            return {}, []
         if not isinstance(data, dict) or data.get("key") != self.key or not isinstance(data.get("files"), dict):
-            return {}
-        return data["files"]
+            return {}, []
+        names = data.get("scan_names")
+        names = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        return data["files"], names
 
     def lookup(self, path: str) -> tuple[FileResult | None, str | None]:
         """``(result, None)`` when the stat signature answers; otherwise
@@ -120,13 +153,13 @@ class StaticCache:
         entry = self.entries.get(path)
         if not _well_formed(entry):
             return None, None
-        sig, sha, read_at, result = entry
+        sig, sha, read_at, result, extra = entry
         try:
             st = os.stat(path)
         except OSError:
             return None, None
         if signature(st) == sig and st.st_mtime_ns < read_at - RACY_NS:
-            found = _result(result)
+            found = _result(result, extra)
             if found is None:
                 return None, None
             self.hits += 1
@@ -138,38 +171,54 @@ class StaticCache:
         entry = self.entries.get(path)
         if not _well_formed(entry) or entry[1] != record.sha256:
             return None
-        found = _result(entry[3])
+        found = _result(entry[3], entry[4])
         if found is None:
             return None
-        self.store(path, record, found)
+        self.store(path, record, found, scanned=bool(entry[4].get("n")))
         self.hits += 1
         return found
 
-    def store(self, path: str, record: Record, result: FileResult) -> None:
+    def store(self, path: str, record: Record, result: FileResult, scanned: bool = False) -> None:
+        """``scanned``: the file is known not to name any of ``scan_names``."""
         if any(n.level is NoticeLevel.ERROR for n in result.notices):
             return
         # most files have no finding: [display path, parsed] is enough for them
         stored = result.to_dict() if result.findings or result.notices else [result.path, result.parsed]
-        self._updates[path] = [record.signature, record.sha256, record.read_at, stored]
+        extra: dict[str, Any] = {}
+        if result.summary is not None:
+            extra["s"] = result.summary
+        if result.asked:
+            extra["a"] = result.asked
+        if scanned:
+            extra["n"] = 1
+        self._updates[path] = [record.signature, record.sha256, record.read_at, stored, extra]
 
     def save(self) -> None:
         """Merge this run's results into the index on disk (atomically)."""
-        if not self._updates:
+        if not self._updates and not getattr(self, "_scan_names_changed", False):
             return
-        merged = dict(self._load())  # another run may have written meanwhile
+        on_disk, disk_names = self._load()  # another run may have written meanwhile
+        merged = dict(on_disk)
+        names = self._scan_names if self._scan_names is not None else disk_names
+        if not set(names) <= set(disk_names):
+            # the other entries were searched for fewer names: no longer known to be clean
+            for key, entry in merged.items():
+                if key not in self._updates and _well_formed(entry) and entry[4].get("n"):
+                    merged[key] = entry[:4] + [{k: v for k, v in entry[4].items() if k != "n"}]
         merged.update(self._updates)
         # entries of files that were deleted since
         for path in [p for p in merged if p not in self._updates and not os.path.exists(p)]:
             del merged[path]
         try:
             prepare_cache_folder(self.folder)
-            atomic_write_text(self.index_path, json.dumps({"key": self.key, "files": merged},
+            atomic_write_text(self.index_path, json.dumps({"key": self.key, "scan_names": names, "files": merged},
                                                           ensure_ascii=False, separators=(",", ":")))
             self._prune_other_indexes()
         except OSError as exc:
             self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"
         self._entries = merged
         self._updates = {}
+        self._scan_names_changed = False
 
     def _prune_other_indexes(self) -> None:
         folder = self.index_path.parent
@@ -189,19 +238,26 @@ class StaticCache:
 
 
 def _well_formed(entry: Any) -> bool:
-    return (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], list)
-            and isinstance(entry[1], str) and isinstance(entry[2], int) and isinstance(entry[3], (dict, list)))
+    return (isinstance(entry, list) and len(entry) == 5 and isinstance(entry[0], list)
+            and isinstance(entry[1], str) and isinstance(entry[2], int) and isinstance(entry[3], (dict, list))
+            and isinstance(entry[4], dict))
 
 
-def _result(stored: dict | list) -> FileResult | None:
+def _result(stored: dict | list, extra: dict[str, Any]) -> FileResult | None:
     if isinstance(stored, list):
         if len(stored) == 2 and isinstance(stored[0], str) and isinstance(stored[1], bool):
-            return FileResult(stored[0], parsed=stored[1])
-        return None
-    try:
-        return FileResult.from_dict(stored)
-    except (KeyError, TypeError, ValueError):
-        return None
+            found = FileResult(stored[0], parsed=stored[1])
+        else:
+            return None
+    else:
+        try:
+            found = FileResult.from_dict(stored)
+        except (KeyError, TypeError, ValueError):
+            return None
+    summary, asked = extra.get("s"), extra.get("a")
+    found.summary = summary if isinstance(summary, dict) else None
+    found.asked = asked if isinstance(asked, dict) else None
+    return found
 
 
 def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
@@ -209,4 +265,4 @@ def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
     if not folder.is_absolute():
         folder = config.root / folder
     return StaticCache(folder, codes, per_file_ignores=config.per_file_ignores, root=config.root,
-                       prefilter=prefilter)
+                       prefilter=prefilter, target_version=getattr(config, "target_version", None))

@@ -13,7 +13,7 @@ from hooklint.cli.options import (
     config_from_args,
     write_output,
 )
-from hooklint.engine import CheckOptions, run_check
+from hooklint.engine import CheckOptions, UsageError, run_check
 from hooklint.findings import NoticeLevel, Report
 
 
@@ -25,18 +25,33 @@ def add_parser(sub) -> None:
         "the files are also imported (in a subprocess, with a timeout) and traced with torch.fx when torch "
         "is installed.",
     )
-    p.add_argument("paths", nargs="*", default=None, metavar="PATH", help="Files or folders (default: .).")
+    p.add_argument("paths", nargs="*", default=None, metavar="PATH",
+                   help="Files (Python files, Jupyter notebooks) or folders (default: .); `-` reads stdin.")
     add_selection_options(p)
     add_file_options(p)
     add_output_options(p)
     g = p.add_argument_group("behaviour")
+    add_target_version_option(g)
+    g.add_argument("--stdin-filename", metavar="PATH",
+                   help="With `-` (or no path): the name of the file read from stdin, for configuration, "
+                        "per-file-ignores, excludes (with --force-exclude) and messages; a name ending in .ipynb "
+                        "reads a notebook. With --fix, the fixed source goes to stdout.")
+    g.add_argument("--add-noqa", action="store_true",
+                   help="Append `# noqa: HKLxxx` to every line with a finding (merged with an existing noqa "
+                        "comment), then exit 0.")
+    g.add_argument("--show-settings", action="store_true",
+                   help="Print the resolved configuration for the first PATH (which file, every key, the enabled "
+                        "rules) and exit.")
+    g.add_argument("--show-files", action="store_true",
+                   help="Print the files that would be checked (after excludes and .gitignore) and exit.")
     g.add_argument("--static-only", action="store_true",
                    help="Never import or run the checked code (no graph analysis).")
     g.add_argument("--no-prefilter", dest="prefilter", action="store_false",
                    help="Parse every file, even those whose text cannot hold a finding.")
     g.add_argument("--statistics", action="store_true", help="Print counts per rule instead of findings.")
     g.add_argument("--exit-zero", action="store_true", help="Exit 0 even when there are findings.")
-    g.add_argument("-q", "--quiet", action="store_true", help="Print findings only: no summary, no notices.")
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="Print findings and errors only: no summary, no informational notices.")
     p.set_defaults(handler=run)
     _extend_parser(p)
 
@@ -65,6 +80,15 @@ def _extend_parser(p: argparse.ArgumentParser) -> None:
             add(p)
 
 
+def reads_stdin(args: argparse.Namespace) -> bool:
+    paths = args.paths or []
+    if "-" in paths:
+        if len(paths) > 1:
+            raise UsageError("`-` (read stdin) cannot be combined with other paths")
+        return True
+    return not paths and bool(getattr(args, "stdin_filename", None))
+
+
 def build_options(args: argparse.Namespace) -> CheckOptions:
     cfg = config_from_args(args)
     options = CheckOptions(
@@ -91,7 +115,26 @@ def exit_code(report: Report, exit_zero: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    stdin = reads_stdin(args)
     options = build_options(args)
+    if args.show_settings:
+        from hooklint.cli.settings import show_settings
+
+        return show_settings(options, args)
+    if args.show_files:
+        from hooklint.cli.settings import show_files
+
+        return show_files(options, args, stdin=stdin)
+    if args.add_noqa and (getattr(args, "fix", False) or getattr(args, "diff", False) or stdin):
+        raise UsageError("--add-noqa edits files in place: it cannot be combined with --fix, --diff or stdin")
+    if stdin:
+        from hooklint.cli.stdin import check_stdin
+
+        return check_stdin(options, args)
+    if args.add_noqa:
+        from hooklint.cli.add_noqa import add_noqa
+
+        return add_noqa(options, args)
     report = run_check(options)
     post = options.extra.get("post_check")  # e.g. --fix applies edits and re-checks
     if post is not None:
@@ -103,44 +146,52 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(report, args.exit_zero)
 
 
-def emit(report: Report, options: CheckOptions, args: argparse.Namespace) -> None:
+def emit(report: Report, options: CheckOptions, args: argparse.Namespace, sources=None) -> None:
+    """Findings to stdout (or -o FILE); notices, then the summary, to stderr.
+
+    ``-q`` keeps the findings and the errors (a file or model that could not be
+    analysed) and drops the rest.  The summary is printed once: the rule table
+    and closing line after ``full`` and ``concise``, the closing line alone
+    after ``--statistics`` (which is the table), nothing after the machine
+    formats on stdout."""
     from hooklint.report import render, rule_catalog
-    from hooklint.report.text import render_notices, statistics_table, summary_table, use_color
+    from hooklint.report.text import render_notices, statistics_table, summary_line, summary_table, use_color
 
     fmt = options.config.output_format
     quiet = getattr(args, "quiet", False)
     to_file = bool(getattr(args, "output_file", None))
-    if getattr(args, "statistics", False):
+    statistics = getattr(args, "statistics", False)
+    if statistics:
         write_output(statistics_table(report), args.output_file)
     else:
-        sources = source_loader()
+        sources = sources if sources is not None else source_loader()
         text = render(report, fmt, sources=sources, catalog=rule_catalog() if fmt == "sarif" else {},
                       color=(not to_file) and use_color(sys.stdout))
         write_output(text, args.output_file)
+    err_color = use_color(sys.stderr)
+    notes = render_notices(report, color=err_color, levels=frozenset({NoticeLevel.ERROR}) if quiet else None)
+    if notes:
+        sys.stderr.write(notes)
     if not quiet:
-        err_color = use_color(sys.stderr)
-        notes = render_notices(report, color=err_color)
-        if notes:
-            sys.stderr.write(notes)
-        if fmt in ("full", "concise") or to_file:
+        if statistics:
+            sys.stderr.write(summary_line(report) + "\n")
+        elif fmt in ("full", "concise") or to_file:
             sys.stderr.write(summary_table(report))
     sys.stderr.flush()
 
 
 def source_loader():
-    from hooklint.static.source import SourceError, read_source
+    from hooklint.report.sources import FileSources
 
-    cache: dict[str, str | None] = {}
+    return FileSources()
 
-    def load(path: str) -> str | None:
-        if path not in cache:
-            try:
-                cache[path] = read_source(path)
-            except SourceError:
-                cache[path] = None
-        return cache[path]
 
-    return load
+def add_target_version_option(group) -> None:
+    from hooklint.config import TARGET_VERSIONS
+
+    group.add_argument("--target-version", choices=TARGET_VERSIONS, metavar="VERSION",
+                       help="The Python version whose syntax is valid: py37 ... py314 (default: `target-version` "
+                            "from the config, else the lower bound of `requires-python` in pyproject.toml).")
 
 
 __all__ = ["add_parser", "run", "EXIT_ERROR"]

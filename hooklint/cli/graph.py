@@ -52,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
     if version is None:
         print(f"hooklint: error: `hooklint graph` needs torch ({INSTALL_HINT})", file=sys.stderr)
         return EXIT_ERROR
-    files = discover(CheckOptions(paths=args.paths or ["."], config=config, codes=frozenset()))
+    from hooklint.static.notebook import is_notebook
+
+    # notebooks are never imported
+    files = [path for path in discover(CheckOptions(paths=args.paths or ["."], config=config, codes=frozenset()))
+             if not is_notebook(path)]
     run_info = GraphRun()
     facts, notices = provide_graph_facts(files, config, use_cache=not args.no_cache, run=run_info)
     for path in run_info.not_candidates:

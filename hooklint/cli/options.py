@@ -55,6 +55,11 @@ def add_output_options(p: argparse.ArgumentParser, formats=OUTPUT_FORMATS) -> No
 def config_from_args(args: argparse.Namespace) -> Config:
     start = None
     paths = getattr(args, "paths", None) or []
+    stdin_filename = getattr(args, "stdin_filename", None)
+    if stdin_filename and (not paths or paths == ["-"]):
+        paths = [stdin_filename]  # stdin: the configuration of the file it stands for
+    elif paths == ["-"]:
+        paths = []
     if paths and not args.config:
         # like ruff: the configuration nearest to the first path (or the cwd)
         first = Path(paths[0])
@@ -81,6 +86,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.respect_gitignore = False
     if getattr(args, "output_format", None):
         cfg.output_format = args.output_format
+    if getattr(args, "target_version", None):
+        cfg.target_version = args.target_version
+        cfg.target_version_origin = "--target-version"
     return cfg
 
 

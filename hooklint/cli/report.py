@@ -44,6 +44,7 @@ def add_parser(sub) -> None:
                    help="Parse every file, even those whose text cannot hold a finding.")
     g.add_argument("--exit-zero", action="store_true", help="Exit 0 even when there are findings.")
     g.add_argument("-q", "--quiet", action="store_true", help="Print nothing but errors.")
+    check_cli.add_target_version_option(g)
     # The layers that add options to `check` (graph analysis, parallelism), but
     # not fixes: a report changes no file.
     for module in _layers():
@@ -68,10 +69,13 @@ def run(args: argparse.Namespace) -> int:
     pictures = forward_pictures(report, facts, sources)
     page = render_html(report, sources=sources, catalog=rule_catalog(), pictures=pictures, title=args.title)
     write_output(page, args.output_file)
-    if not args.quiet:
-        from hooklint.report.text import render_notices, use_color
+    from hooklint.findings import NoticeLevel
+    from hooklint.report.text import render_notices, use_color
 
-        sys.stderr.write(render_notices(report, color=use_color(sys.stderr)))
+    # -q keeps the errors: a report of an analysis that failed must not look clean
+    sys.stderr.write(render_notices(report, color=use_color(sys.stderr),
+                                    levels=frozenset({NoticeLevel.ERROR}) if args.quiet else None))
+    if not args.quiet:
         files = len({f.path for f in report.findings})
         sys.stderr.write(f"Wrote {args.output_file}: {len(report.findings)} finding"
                          f"{'s' if len(report.findings) != 1 else ''} in {files} file{'s' if files != 1 else ''} "

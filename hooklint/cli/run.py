@@ -69,17 +69,16 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     codes = config.enabled_codes()
 
-    try:
-        from hooklint.runtime.script import ScriptNotFound, check_target, run_main
-        from hooklint.runtime.session import Session
-    except ImportError as exc:  # torch missing
-        raise UsageError(f"`hooklint run` needs torch ({exc}); install it or `hooklint[torch]`") from None
+    if args.timeout is not None and args.nproc is None:
+        raise UsageError("--timeout needs --nproc")
+    if args.nproc is None:
+        require_torch("hooklint run")  # with --nproc the ranks import it, never this process
+    from hooklint.runtime.script import ScriptNotFound, check_target, run_main
+    from hooklint.runtime.session import Session
     try:
         check_target(script, module)
     except ScriptNotFound as exc:
         raise UsageError(str(exc)) from None
-    if args.timeout is not None and args.nproc is None:
-        raise UsageError("--timeout needs --nproc")
     if args.nproc is not None:
         return _run_distributed(args, config, codes, script, module, script_args)
 
@@ -143,6 +142,21 @@ def _run_distributed(args: argparse.Namespace, config, codes, script: str | None
     if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
         return EXIT_FINDINGS
     return outcome.exit_code
+
+
+def require_torch(command: str) -> None:
+    """One line and exit 2 when torch cannot be imported: the run-time layer
+    instruments torch itself, so nothing can run without it."""
+    from hooklint.engine import UsageError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"`{command}` needs torch, which is not installed ({exc}): "
+                         f"pip install 'hooklint[torch]'") from None
+    except Exception as exc:  # noqa: BLE001 - a broken install: say so in one line
+        raise UsageError(f"`{command}` needs torch, which is installed but cannot be imported "
+                         f"({type(exc).__name__}: {exc})") from None
 
 
 def _emit(report, fmt: str, args: argparse.Namespace, what: str) -> None:

@@ -170,13 +170,13 @@ def _print_diff(settings: FixSettings, report: Report, results: list[FileFix], n
     from hooklint.report.text import render_notices, use_color
 
     changed = [r for r in results if r.changed]
-    from hooklint.fix.files import unified_diff
-
-    sys.stdout.write("".join(unified_diff(r.path, r.outcome.original, r.outcome.text) for r in changed))
+    sys.stdout.write("".join(r.diff() for r in changed))
     sys.stdout.flush()
     all_notices = report.notices + notices
+    # -q keeps the errors (and drops the rest)
+    sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr),
+                                    levels=frozenset({NoticeLevel.ERROR}) if settings.quiet else None))
     if not settings.quiet:
-        sys.stderr.write(render_notices(Report(notices=all_notices), color=use_color(sys.stderr)))
         if settings.show:
             sys.stderr.write(fixed_listing(fixed, "Would fix"))
         sys.stderr.write(_diff_summary(report, fixed, len(changed), settings))

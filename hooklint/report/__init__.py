@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from hooklint.findings import Report
+from hooklint.findings import Location, Report
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,31 @@ class RuleInfo:
     sections: tuple[tuple[str, str], ...] = ()  # (heading, markdown), in order
 
 
+# ``sources(path)``: a file's text for code frames.  A loader may also offer
+# ``cell_text(path, cell)`` (a notebook cell's source) and ``file_location(path,
+# cell, location)`` (where a cell position is in the .ipynb file's own text):
+# see :class:`hooklint.report.sources.FileSources`.
 SourceLoader = Callable[[str], "str | None"]
+
+
+def frame_text(sources: SourceLoader | None, path: str, cell: int | None = None) -> str | None:
+    """The text a finding's rows index into: the file's, or its notebook cell's."""
+    if sources is None:
+        return None
+    if cell is None:
+        return sources(path)
+    cell_text = getattr(sources, "cell_text", None)
+    return cell_text(path, cell) if cell_text is not None else None
+
+
+def file_location(sources: SourceLoader | None, path: str, cell: int | None, location: Location) -> Location | None:
+    """A place as the file's own text has it: the location itself outside
+    notebooks; in a notebook, the line and column in its JSON (None when the
+    loader cannot tell)."""
+    if cell is None:
+        return location
+    find = getattr(sources, "file_location", None) if sources is not None else None
+    return find(path, cell, location) if find is not None else None
 
 
 def rule_catalog() -> dict[str, RuleInfo]:
@@ -58,13 +82,13 @@ def render(report: Report, fmt: str, *, sources: SourceLoader, catalog: dict[str
     if fmt == "sarif":
         from hooklint.report.sarif import render_sarif
 
-        return render_sarif(report, catalog)
+        return render_sarif(report, catalog, sources=sources)
     if fmt == "github":
         from hooklint.report.github import render_github
 
-        return render_github(report)
+        return render_github(report, sources=sources)
     if fmt == "junit":
         from hooklint.report.junit import render_junit
 
-        return render_junit(report)
+        return render_junit(report, sources=sources)
     raise ValueError(f"unknown output format {fmt!r}")

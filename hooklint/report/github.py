@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hooklint.findings import Finding, Report, Severity
+from hooklint.report import SourceLoader, file_location
 from hooklint.report.paths import repo_relative, repository_root
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -27,17 +28,20 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotation(f: Finding, root: Path) -> str:
-    props = [
-        ("title", f"{f.code} {f.name}"),
-        ("file", repo_relative(f.path, root) or f.path.replace("\\", "/")),
-        ("line", str(f.location.row)),
-        ("col", str(f.location.column)),
-        ("endLine", str(max(f.end_location.row, f.location.row))),
-    ]
-    if f.end_location.row == f.location.row and f.end_location.column > f.location.column:
-        props.append(("endColumn", str(f.end_location.column)))
-    body = [f.message]
+def annotation(f: Finding, root: Path, sources: SourceLoader | None = None) -> str:
+    """In a notebook the annotation is placed on the line of the .ipynb file
+    (what the pull request's diff shows) and its title names the cell."""
+    start = file_location(sources, f.path, f.cell, f.location)
+    end = file_location(sources, f.path, f.cell, f.end_location) if start is not None else None
+    title = f"{f.code} {f.name}" if f.cell is None else \
+        f"{f.code} {f.name} (cell {f.cell}, line {f.location.row}, column {f.location.column})"
+    props = [("title", title), ("file", repo_relative(f.path, root) or f.path.replace("\\", "/"))]
+    if start is not None:
+        end = end if end is not None and (end.row, end.column) >= (start.row, start.column) else start
+        props += [("line", str(start.row)), ("col", str(start.column)), ("endLine", str(end.row))]
+        if end.row == start.row and end.column > start.column:
+            props.append(("endColumn", str(end.column)))
+    body = [f.message if f.cell is None else f"cell {f.cell}:{f.location.row}:{f.location.column}: {f.message}"]
     if f.help:
         body.append(f.help)
     if f.fix is not None:
@@ -48,7 +52,7 @@ def annotation(f: Finding, root: Path) -> str:
     return f"::{_COMMANDS[f.severity]} {head}::{escape_data(chr(10).join(body))}\n"
 
 
-def render_github(report: Report, root: Path | None = None) -> str:
+def render_github(report: Report, root: Path | None = None, sources: SourceLoader | None = None) -> str:
     """``root``: the repository root (default: the nearest folder with ``.git``)."""
     root = root.resolve() if root else repository_root()
-    return "".join(annotation(f, root) for f in report.sorted_findings())
+    return "".join(annotation(f, root, sources) for f in report.sorted_findings())

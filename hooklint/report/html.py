@@ -19,10 +19,11 @@ from html import escape
 from typing import Mapping, Sequence
 
 from hooklint import __version__
-from hooklint.findings import Applicability, Finding, Report, Severity
+from hooklint.findings import Applicability, Finding, NoticeLevel, Report, Severity
 from hooklint.fix.apply import preview
 from hooklint.fix.files import split_lines, unified_diff
-from hooklint.report import RuleInfo, SourceLoader
+from hooklint.report import RuleInfo, SourceLoader, frame_text
+from hooklint.report.paths import place
 from hooklint.report.svg import ForwardPicture, render_svg
 
 CONTEXT_LINES = 2
@@ -141,10 +142,14 @@ def render_html(report: Report, *, sources: SourceLoader, catalog: Mapping[str, 
                     + ' \u00b7 <span id="shown"></span> shown</div>')
         for path, items in by_file.items():
             body.append(f'<h3 class="file" id="{_anchor(path)}">{escape(path)}</h3>')
-            text = sources(path)
-            body += [_finding_html(f, text, catalog.get(f.code), pictures.get(f, ())) for f in items]
+            body += [_finding_html(f, frame_text(sources, f.path, f.cell), catalog.get(f.code), pictures.get(f, ()))
+                     for f in items]
     else:
-        body.append('<h2>No findings</h2><p>All checks passed.</p><div class="controls hidden">'
+        errors = report.count_notices(NoticeLevel.ERROR)
+        verdict = "All checks passed." if not errors else (
+            f"No findings, but the results are incomplete: {_plural(errors, 'error')} in the analysis "
+            "(see the notices below).")
+        body.append(f'<h2>No findings</h2><p>{verdict}</p><div class="controls hidden">'
                     '<input type="search" id="filter"><span id="shown"></span></div>')
     body += _notices(report)
     body.append("</main>")
@@ -193,7 +198,7 @@ def _summary_by_file(by_file: dict[str, list[Finding]]) -> list[str]:
 def _finding_html(f: Finding, text: str | None, info: RuleInfo | None, pics: Sequence[ForwardPicture]) -> str:
     out = [f'<div class="finding {f.severity.value}" data-severity="{f.severity.value}" data-code="{f.code}">',
            f'<div class="head"><span class="badge">{escape(f.code)}</span>{escape(f.name)} '
-           f'<span class="loc">{escape(f.path)}:{f.location.row}:{f.location.column} \u00b7 {f.origin.value}'
+           f'<span class="loc">{escape(place(f.path, f.location, f.cell))} \u00b7 {f.origin.value}'
            "</span></div>",
            f"<p>{_inline(f.message)}</p>"]
     if text is not None:
@@ -201,8 +206,8 @@ def _finding_html(f: Finding, text: str | None, info: RuleInfo | None, pics: Seq
     if f.help:
         out.append(f"<p><b>Help:</b> {_inline(f.help)}</p>")
     for rel in f.related:
-        out.append(f'<p class="note">Note: {_inline(rel.message)} ({escape(rel.path)}:{rel.location.row}:'
-                   f"{rel.location.column})</p>")
+        out.append(f'<p class="note">Note: {_inline(rel.message)} ({escape(place(rel.path, rel.location, rel.cell))})'
+                   "</p>")
     if f.fix is not None:
         out.append(_fix_html(f, text))
     for pic in pics:
@@ -270,7 +275,7 @@ def _notices(report: Report) -> list[str]:
         return []
     rows = [f"<tr><td>{escape(n.level.value)}</td><td><code>{escape(n.path)}</code></td>"
             f"<td>{escape(n.message)}</td></tr>"
-            for n in sorted(report.notices, key=lambda n: (n.path, n.message))]
+            for n in report.unique_notices()]
     return ["<h2>Notices</h2><p class=\"note\">What hooklint could not do or wants you to know; not findings.</p>"
             "<table><thead><tr><th>level</th><th>file</th><th>message</th></tr></thead><tbody>", *rows,
             "</tbody></table>"]

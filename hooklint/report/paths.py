@@ -29,3 +29,10 @@ def repo_relative(path: str, root: Path) -> str | None:
             return Path(os.path.abspath(path)).relative_to(root).as_posix()
         except ValueError:
             return None
+
+
+def place(path: str, location, cell: int | None = None) -> str:
+    """``path:row:col``, or ``path:cell N:row:col`` in a notebook (as ruff prints it)."""
+    if cell is None:
+        return f"{path}:{location.row}:{location.column}"
+    return f"{path}:cell {cell}:{location.row}:{location.column}"

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from hooklint import __version__
 from hooklint.findings import Finding, Location, Notice, NoticeLevel, Report, Severity
-from hooklint.report import RuleInfo
+from hooklint.report import RuleInfo, SourceLoader, file_location
 from hooklint.report.paths import repo_relative, repository_root
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/os/schemas/sarif-schema-2.1.0.json"
@@ -26,7 +26,8 @@ INFORMATION_URI = "https://github.com/hooklint/hooklint"
 SRCROOT = "%SRCROOT%"
 
 _LEVELS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
-_NOTICE_LEVELS = {NoticeLevel.ERROR: "error", NoticeLevel.SKIP: "warning", NoticeLevel.INFO: "note"}
+_NOTICE_LEVELS = {NoticeLevel.ERROR: "error", NoticeLevel.SKIP: "warning", NoticeLevel.WARNING: "warning",
+                  NoticeLevel.INFO: "note"}
 
 
 class _Paths:
@@ -73,30 +74,42 @@ def _fallback_descriptor(f: Finding) -> dict:
     return out
 
 
-def _result(f: Finding, rule_index: int, paths: _Paths) -> dict:
+def _physical(path: str, cell: int | None, start: Location, end: Location, paths: _Paths,
+              sources: SourceLoader | None) -> dict:
+    """A region in the file's own text: in a notebook, lines and columns of its
+    JSON (no region when they cannot be told)."""
+    out: dict = {"artifactLocation": paths.artifact(path)}
+    first = file_location(sources, path, cell, start)
+    if first is not None:
+        last = file_location(sources, path, cell, end) if cell is not None else end
+        out["region"] = _region(first, last if last is not None else first)
+    return out
+
+
+def _result(f: Finding, rule_index: int, paths: _Paths, sources: SourceLoader | None) -> dict:
     artifact = paths.artifact(f.path)
     result: dict = {
         "ruleId": f.code,
         "ruleIndex": rule_index,
         "level": _LEVELS[f.severity],
         "message": {"text": f.message},
-        "locations": [{"physicalLocation": {"artifactLocation": artifact,
-                                            "region": _region(f.location, f.end_location)}}],
+        "locations": [{"physicalLocation": _physical(f.path, f.cell, f.location, f.end_location, paths, sources)}],
         "properties": {"name": f.name, "origin": f.origin.value, "helpUri": f.url},
     }
+    if f.cell is not None:  # SARIF has no cells: where the finding is in the cell, as hooklint prints it
+        result["properties"].update({"cell": f.cell, "cellLine": f.location.row, "cellColumn": f.location.column})
     if f.help:
         result["properties"]["help"] = f.help
     if f.related:
         result["relatedLocations"] = [
             {"id": i, "message": {"text": r.message},
-             "physicalLocation": {"artifactLocation": paths.artifact(r.path),
-                                  "region": _region(r.location, r.location)}}
+             "physicalLocation": _physical(r.path, r.cell, r.location, r.location, paths, sources)}
             for i, r in enumerate(f.related)
         ]
     if f.fix is not None:
         result["properties"]["fixApplicability"] = f.fix.applicability.value
         result["properties"]["fixMessage"] = f.fix.message
-        if f.fix.edits:
+        if f.fix.edits and f.cell is None:  # a cell's edits are not edits of the .ipynb file's text
             result["fixes"] = [{
                 "description": {"text": f"{f.fix.message} ({f.fix.applicability.value} fix)"},
                 "artifactChanges": [{
@@ -115,7 +128,8 @@ def _notification(n: Notice, paths: _Paths) -> dict:
     return out
 
 
-def sarif_log(report: Report, catalog: dict[str, RuleInfo], root: Path | None = None) -> dict:
+def sarif_log(report: Report, catalog: dict[str, RuleInfo], root: Path | None = None,
+              sources: SourceLoader | None = None) -> dict:
     paths = _Paths(root.resolve() if root else repository_root())
     rules = [_rule_descriptor(catalog[code]) for code in sorted(catalog)]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
@@ -124,7 +138,7 @@ def sarif_log(report: Report, catalog: dict[str, RuleInfo], root: Path | None = 
         if f.code not in index:
             index[f.code] = len(rules)
             rules.append(_fallback_descriptor(f))
-        results.append(_result(f, index[f.code], paths))
+        results.append(_result(f, index[f.code], paths, sources))
     errors = any(n.level is NoticeLevel.ERROR for n in report.notices)
     return {
         "$schema": SCHEMA_URI,
@@ -135,7 +149,7 @@ def sarif_log(report: Report, catalog: dict[str, RuleInfo], root: Path | None = 
             "invocations": [{
                 "executionSuccessful": not errors,
                 "toolExecutionNotifications": [_notification(n, paths) for n in
-                                               sorted(report.notices, key=lambda n: (n.path, n.message))],
+                                               report.unique_notices()],
             }],
             "originalUriBaseIds": {SRCROOT: {"uri": paths.root.as_uri().rstrip("/") + "/"}},
             "columnKind": "unicodeCodePoints",
@@ -145,5 +159,6 @@ def sarif_log(report: Report, catalog: dict[str, RuleInfo], root: Path | None = 
     }
 
 
-def render_sarif(report: Report, catalog: dict[str, RuleInfo], root: Path | None = None) -> str:
-    return json.dumps(sarif_log(report, catalog, root), indent=2, ensure_ascii=False) + "\n"
+def render_sarif(report: Report, catalog: dict[str, RuleInfo], root: Path | None = None,
+                 sources: SourceLoader | None = None) -> str:
+    return json.dumps(sarif_log(report, catalog, root, sources), indent=2, ensure_ascii=False) + "\n"

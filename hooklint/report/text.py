@@ -7,7 +7,9 @@ import os
 import sys
 from collections import Counter
 
-from hooklint.findings import Applicability, Finding, Report, Severity
+from hooklint.findings import Applicability, Finding, NoticeLevel, Report, Severity
+from hooklint.report import frame_text
+from hooklint.report.paths import place
 from hooklint.static.source import python_lines
 
 _RESET = "\x1b[0m"
@@ -49,8 +51,8 @@ def _fix_marker(f: Finding) -> str:
 
 def header(f: Finding, style: _Style) -> str:
     sev = _RED if f.severity is Severity.ERROR else _YELLOW
-    return (f"{style(f.path, _BOLD)}:{f.location.row}:{f.location.column}: "
-            f"{style(f.code, _BOLD, sev)}{_fix_marker(f)} {f.message}")
+    where = place(f.path, f.location, f.cell)[len(f.path):]
+    return f"{style(f.path, _BOLD)}{where}: {style(f.code, _BOLD, sev)}{_fix_marker(f)} {f.message}"
 
 
 def render_concise(report: Report, color: bool = False) -> str:
@@ -90,13 +92,13 @@ def render_full(report: Report, sources, color: bool = False) -> str:
     chunks: list[str] = []
     for f in report.sorted_findings():
         lines = [header(f, style)]
-        lines.extend(code_frame(sources(f.path), f, style))
+        lines.extend(code_frame(frame_text(sources, f.path, f.cell), f, style))
         pad = "  "
         if f.help:
             lines.append(f"{pad}{style('= help:', _CYAN, _BOLD)} {f.help}")
         for rel in f.related:
             lines.append(f"{pad}{style('= note:', _CYAN, _BOLD)} {rel.message} "
-                         f"({rel.path}:{rel.location.row}:{rel.location.column})")
+                         f"({place(rel.path, rel.location, rel.cell)})")
         if f.fix is not None:
             label = {
                 Applicability.SAFE: "fix (safe, --fix)",
@@ -111,41 +113,62 @@ def render_full(report: Report, sources, color: bool = False) -> str:
 
 
 def summary_table(report: Report, *, fix_hint: bool = True) -> str:
-    """Counts by rule, for stderr; empty when there is nothing to say."""
+    """Counts by rule and one closing line, for stderr.
+
+    "All checks passed" only when there is nothing to say: no finding, no
+    error (a file or model that could not be analysed) and nothing skipped."""
+    parts: list[str] = []
+    if report.findings:
+        parts.append(_rule_table(report))
+    parts.append(summary_line(report, fix_hint=fix_hint))
+    if report.fixed:
+        parts.insert(0, f"Fixed {report.fixed} finding{'s' if report.fixed != 1 else ''}.")
+    return "\n".join(parts) + "\n"
+
+
+def _rule_table(report: Report) -> str:
     from tabulate import tabulate
 
     findings = report.findings
-    parts: list[str] = []
+    counts = Counter((f.code, f.name) for f in findings)
+    fixable = Counter(f.code for f in findings if f.fix is not None and f.fix.applicability is Applicability.SAFE)
+    unsafe = Counter(f.code for f in findings if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
+    rows = [(code, name, n, fixable.get(code, 0) or "", unsafe.get(code, 0) or "")
+            for (code, name), n in sorted(counts.items())]
+    return tabulate(rows, headers=("code", "rule", "count", "fixable", "unsafe fix"), tablefmt="simple")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def summary_line(report: Report, *, fix_hint: bool = True) -> str:
+    findings = report.findings
+    checked = f"{report.files_checked} checked" if findings else f"{_plural(report.files_checked, 'file')} checked"
+    errors = report.count_notices(NoticeLevel.ERROR)
+    skipped = report.count_notices(NoticeLevel.SKIP)
+    problems = []
+    if errors:
+        problems.append(f"{_plural(errors, 'error')} in the analysis")
+    if skipped:
+        problems.append(f"{skipped} not checked")
     if findings:
-        counts = Counter((f.code, f.name) for f in findings)
-        fixable = Counter(
-            f.code for f in findings if f.fix is not None and f.fix.applicability is Applicability.SAFE
-        )
-        unsafe = Counter(
-            f.code for f in findings if f.fix is not None and f.fix.applicability is Applicability.UNSAFE
-        )
-        rows = [
-            (code, name, n, fixable.get(code, 0) or "", unsafe.get(code, 0) or "")
-            for (code, name), n in sorted(counts.items())
-        ]
-        parts.append(tabulate(rows, headers=("code", "rule", "count", "fixable", "unsafe fix"),
-                              tablefmt="simple"))
         files = len({f.path for f in findings})
-        n_fix = sum(fixable.values())
-        n_unsafe = sum(unsafe.values())
-        line = (f"Found {len(findings)} finding{'s' if len(findings) != 1 else ''} in {files} "
-                f"file{'s' if files != 1 else ''} ({report.files_checked} checked).")
+        line = f"Found {_plural(len(findings), 'finding')} in {_plural(files, 'file')} ({checked})."
+        n_fix = sum(1 for f in findings if f.fix is not None and f.fix.applicability is Applicability.SAFE)
+        n_unsafe = sum(1 for f in findings if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
         if fix_hint and n_fix:
             line += f" {n_fix} fixable with `--fix`."
         if fix_hint and n_unsafe:
             line += f" {n_unsafe} more with `--unsafe-fixes`."
-        parts.append(line)
-    else:
-        parts.append(f"All checks passed ({report.files_checked} file{'s' if report.files_checked != 1 else ''} "
-                     f"checked).")
-    if report.fixed:
-        parts.insert(0, f"Fixed {report.fixed} finding{'s' if report.fixed != 1 else ''}.")
-    return "\n".join(parts) + "\n"
+        if problems:
+            line += f" Also {' and '.join(problems)} (see above)."
+        return line
+    if errors:
+        return f"No findings, but the results are incomplete: {' and '.join(problems)} (see above; {checked})."
+    if skipped:
+        return f"No findings; {' and '.join(problems)} (see above; {checked})."
+    return f"All checks passed ({checked})."
 
 
 def statistics_table(report: Report) -> str:
@@ -161,13 +184,18 @@ def statistics_table(report: Report) -> str:
     return tabulate(rows, tablefmt="plain") + "\n"
 
 
-def render_notices(report: Report, color: bool = False) -> str:
+_NOTICE_COLORS = {NoticeLevel.INFO: _CYAN, NoticeLevel.WARNING: _YELLOW, NoticeLevel.SKIP: _YELLOW,
+                  NoticeLevel.ERROR: _RED}
+
+
+def render_notices(report: Report, color: bool = False, levels: frozenset[NoticeLevel] | None = None) -> str:
+    """One line per notice (each ``once_key`` once); ``levels``: only those."""
     style = _Style(color)
     out = []
-    for n in sorted(report.notices, key=lambda n: (n.path, n.message)):
-        tag = {"info": style("info", _CYAN), "skip": style("skip", _YELLOW), "error": style("error", _RED)}[
-            n.level.value]
-        out.append(f"hooklint: {tag}: {n.path}: {n.message}\n")
+    for n in report.unique_notices():
+        if levels is not None and n.level not in levels:
+            continue
+        out.append(f"hooklint: {style(n.level.value, _NOTICE_COLORS[n.level])}: {n.path}: {n.message}\n")
     return "".join(out)
 
 

@@ -61,9 +61,10 @@ _PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
 
 
 def registrations_by_hook(ctx: FileContext, kinds: tuple[HookKind, ...]) -> dict[ast.AST, list[Registration]]:
-    """Registrations of the given kinds, grouped by the hook function they run."""
+    """Registrations of the given kinds, grouped by the hook function they run
+    (with hooks that reach a registration through a helper's parameters)."""
     out: dict[ast.AST, list[Registration]] = {}
-    for reg in ctx.hooks.by_kind(*kinds):
+    for reg in ctx.hooks.instances_by_kind(*kinds):
         if reg.hook is not None:
             out.setdefault(reg.hook.node, []).append(reg)
     return out

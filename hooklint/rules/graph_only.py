@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable
 
 from hooklint.findings import Finding, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.forward import inplace_modules
-from hooklint.static.hooks import HookKind, Registration
-from hooklint.static.semantic import ClassInfo
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
+from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR, inplace_after_call
 from hooklint.static.values import ModuleValue
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.graph.facts import ModelFacts, ModuleFacts, Op
 
-RUNTIME_ERROR = "Output 0 of BackwardHookFunction is a view and is being modified inplace"
-
 _HELP = ("Make the in-place op out-of-place (`nn.ReLU()` instead of `nn.ReLU(inplace=True)`, `y = y + x` "
          "instead of `y += x`), or clone the module's output before modifying it.")
-
-
-@dataclass(frozen=True)
-class _InplaceSite:
-    description: str  # "ReLU(inplace=True)", "`+=`"
-    node: ast.AST  # where, in this file
 
 
 class FullHookInplace(Rule):
@@ -122,7 +113,7 @@ class FullHookInplace(Rule):
     summary = "A full backward hook on a module whose output (or input) is modified in place breaks the forward"
     severity = Severity.ERROR
     origins = (Origin.GRAPH, Origin.STATIC, Origin.RUNTIME)
-    triggers = ("register_full_backward_hook", "register_full_backward_pre_hook")
+    triggers = ("register_full_backward_hook", "register_full_backward_pre_hook") + DYNAMIC_NAME_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
         # out-of-place ReLU after the hooked conv
         "import torch.nn as nn\n"
@@ -191,18 +182,35 @@ class FullHookInplace(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        for reg in ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
+        reported: set[tuple[int, int]] = set()
+        for reg in ctx.hooks.instances_by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
             if reg.is_global or reg.receiver is None:
                 continue
             from hooklint.graph.link import modules_for  # on first use: most runs never get here
 
-            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls]
+            pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
             if pairs:
                 finding = self._from_graph(ctx, reg, pairs)
             else:
                 finding = self._from_source(ctx, reg)
-            if finding is not None:
+            if finding is None:
+                continue
+            key = (finding.location.row, finding.location.column)
+            if key not in reported:
+                reported.add(key)
                 yield finding
+
+    def _at(self, ctx: FileContext, reg: Registration, message: str, related: list[Related],
+            origin: Origin = Origin.STATIC) -> Finding:
+        """At the registration; for a module a call site passed to a helper, at that
+        call (where the module is chosen), with the registration as a related place."""
+        site = reg.site_call
+        if site is not None and reg.receiver_origin is not None:
+            related = [Related(f"registered here, in `{_function_name(ctx, reg.call)}`", ctx.display_path,
+                               ctx.span(reg.call)[0])] + related
+            return self.finding(ctx, site, message, help=_HELP, related=related, origin=origin)
+        return self.finding(ctx, reg.name_node, message, name_only=True, help=_HELP, related=related,
+                            origin=origin)
 
     # -- with graph facts -------------------------------------------------------
     def _from_graph(self, ctx: FileContext, reg: Registration,
@@ -220,133 +228,58 @@ class FullHookInplace(Rule):
             related = []
             if op.line is not None and op.file is not None and op.file == os.path.realpath(ctx.path):
                 related.append(Related("modified in place here", ctx.display_path, Location(op.line, 1)))
-            return self.finding(ctx, reg.name_node, self._message(reg, target, what), name_only=True,
-                                help=_HELP, related=related, origin=Origin.GRAPH)
+            return self._at(ctx, reg, self._message(reg, target, what), related, Origin.GRAPH)
         return None
 
     # -- from the source alone ----------------------------------------------------
     def _from_source(self, ctx: FileContext, reg: Registration) -> Finding | None:
-        receiver = reg.receiver
+        receiver = module_expr(reg)
         if not isinstance(receiver, ast.Attribute):
             return None
         owner = ctx.inference.infer(receiver.value)
         if not isinstance(owner, ModuleValue) or owner.local_class is None:
             return None
+        target = f"`{reg.receiver_text}`" + reg.via_text()
         hooked = reg.receiver_module
         if hooked is not None and hooked.torch_class and inplace_modules(hooked.call):
             # nn.ReLU(inplace=True) inside a model: its input comes from earlier layers
             what = f"it modifies its input in place (`{ctx.segment(hooked.call)}`)"  # type: ignore[arg-type]
-            return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
-                                name_only=True, help=_HELP)
-        site = _inplace_after_call(ctx, owner.local_class, receiver.attr)
+            return self._at(ctx, reg, self._message(reg, target, what), [])
+        site = inplace_after_call(ctx, owner.local_class, receiver.attr)
         if site is None:
             return None
         what = f"its output is modified in place after it by {site.description} (line {site.node.lineno} " \
                f"in {owner.local_class.name}.forward)"
         related = [Related("modified in place here", ctx.display_path, ctx.span(site.node)[0])]
-        return self.finding(ctx, reg.name_node, self._message(reg, f"`{reg.receiver_text}`", what),
-                            name_only=True, help=_HELP, related=related)
+        return self._at(ctx, reg, self._message(reg, target, what), related)
 
     @staticmethod
     def _message(reg: Registration, target: str, what: str) -> str:
         kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
         hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
         return (f"{kind}{hook} on {target}: {what}; with the hook registered, the forward fails there with "
-                f"\"RuntimeError: {RUNTIME_ERROR}\"")
+                f"\"RuntimeError: {FULL_HOOK_INPLACE_ERROR}\"")
 
 
 def _target(reg: Registration, model: ModelFacts, module: ModuleFacts) -> str:
     if module.path:
-        return f"`{reg.receiver_text}` ({module.class_name}, module `{module.path}` of {model.class_name})"
-    return f"`{reg.receiver_text}` ({module.class_name})"
+        return f"`{reg.receiver_text}` ({module.class_name}, module `{module.path}` of {model.class_name})" + \
+            reg.via_text()
+    return f"`{reg.receiver_text}` ({module.class_name})" + reg.via_text()
+
+
+def module_expr(reg: Registration) -> ast.AST | None:
+    """The expression naming the hooked module where it is chosen: the call
+    site's argument for a helper's parameter, else the receiver itself."""
+    return reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
+
+
+def _function_name(ctx: FileContext, node: ast.AST) -> str:
+    func = ctx.model.enclosing_function(node)
+    return getattr(func, "name", "<lambda>") if func is not None else "<module>"
 
 
 def _where(op: Op, ctx: FileContext) -> str:
     site = op.where(relative_to=os.path.realpath(ctx.path))
     code = f"`{op.code}`, " if op.code else ""
     return f" ({code}{site})" if site else ""
-
-
-# ------------------------------------------------------------------ static patterns
-
-_INPLACE_FUNCTIONS = frozenset({"relu_", "sigmoid_", "tanh_", "clamp_", "add_", "mul_", "zero_", "fill_"})
-
-
-def _inplace_use(ctx: FileContext, node: ast.AST, value: ast.AST) -> str | None:
-    """How the call ``node`` modifies ``value`` (one of its parts) in place, or None."""
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute) and func.value is value and func.attr.endswith("_") \
-            and not func.attr.startswith("_"):
-        return f"`.{func.attr}()`"
-    if not node.args or node.args[0] is not value:
-        return None
-    qual = ctx.model.qualify(func) or ""
-    last = qual.rsplit(".", 1)[-1]
-    if qual.startswith("torch.") and last in _INPLACE_FUNCTIONS:
-        return f"`{last}()`"
-    if qual.startswith("torch.") and any(
-            k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value is True
-            for k in node.keywords):
-        return f"`{last}(..., inplace=True)`"
-    callee = ctx.inference.infer(func)
-    if isinstance(callee, ModuleValue) and callee.torch_class and inplace_modules(callee.call):
-        return f"`{ast.unparse(func)}` ({callee.class_name}(inplace=True))"
-    return None
-
-
-def _use_of(ctx: FileContext, expr: ast.AST) -> _InplaceSite | None:
-    """An in-place op applied directly to ``expr``: ``f(expr)``, ``expr.relu_()``."""
-    parent = getattr(expr, "_hl_parent", None)
-    if parent is None:
-        return None
-    how = _inplace_use(ctx, parent, expr)
-    if how is None and isinstance(parent, ast.Attribute):  # expr.relu_()
-        grand = getattr(parent, "_hl_parent", None)
-        if grand is not None and getattr(grand, "func", None) is parent:
-            how = _inplace_use(ctx, grand, expr)
-            parent = grand
-    return _InplaceSite(how, parent) if how is not None else None
-
-
-def _inplace_after_call(ctx: FileContext, cls: ClassInfo, attr: str) -> _InplaceSite | None:
-    """An in-place op on the result of ``self.<attr>(...)`` in ``cls.forward``."""
-    forward = cls.method("forward")
-    if forward is None:
-        return None
-    calls = [n for n in ast.walk(forward) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == attr and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
-    for call in calls:
-        site = _use_of(ctx, call)
-        if site is not None:
-            return site
-        parent = getattr(call, "_hl_parent", None)
-        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
-            site = _inplace_of_name(ctx, forward, parent.targets[0].id, parent)
-            if site is not None:
-                return site
-    return None
-
-
-def _inplace_of_name(ctx: FileContext, forward: ast.AST, name: str, assigned: ast.Assign) -> _InplaceSite | None:
-    """The first in-place op on ``name`` after ``assigned``, before ``name`` is bound again."""
-    later = sorted((n for n in ast.walk(forward) if isinstance(n, ast.Name) and n.id == name
-                    and n.lineno > assigned.end_lineno), key=lambda n: (n.lineno, n.col_offset))
-    for node in later:
-        parent = getattr(node, "_hl_parent", None)
-        if isinstance(node.ctx, ast.Store):
-            if isinstance(parent, ast.AugAssign):
-                return _InplaceSite(f"`{name} {_AUG_SYMBOLS.get(type(parent.op), '')}= ...`", parent)
-            return None  # rebound: later ops modify another tensor
-        if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store):
-            return _InplaceSite(f"an item assignment (`{name}[...] = ...`)", parent)
-        site = _use_of(ctx, node)
-        if site is not None:
-            return site
-    return None
-
-
-_AUG_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-                ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
-                ast.LShift: "<<", ast.RShift: ">>"}

@@ -11,15 +11,23 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Origin, Related
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses, returns_nothing
 from hooklint.static.context import FileContext
-from hooklint.static.forward import ForwardAnalysis, inplace_modules, is_legacy_safe_builtin
-from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.forward import (
+    LEGACY_SAFE_BUILTINS,
+    SAFE,
+    UNKNOWN,
+    ForwardAnalysis,
+    LegacyVerdict,
+    inplace_modules,
+)
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
+from hooklint.static.inplace import inplace_after_call
 from hooklint.static.output_grad_hook import helper_source
-from hooklint.static.values import ModuleValue
+from hooklint.static.values import ModuleValue, src
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.graph.facts import ModelFacts, ModuleFacts
 
-LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook")
+LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook") + DYNAMIC_NAME_TRIGGERS
 
 
 def legacy_registrations(ctx: FileContext) -> list[Registration]:
@@ -50,6 +58,16 @@ class LegacyBackwardHook(Rule):
     When a full backward hook is registered on a module whose output is then
     modified in place (`nn.ReLU(inplace=True)` right after it), PyTorch raises at
     run time; that is reported as HKL403 by the graph analysis.
+
+    Registrations are found through the calls of the same file (a helper's
+    parameters, a wrapper's own `register_backward_hook` forwarding to its
+    module, `getattr(m, "register_backward_hook")`, a name chosen in a loop);
+    the finding is at the call of torch's API.  Compatibility fallbacks that
+    only run on torch < 1.8 are not reported: the `else` of `if hasattr(m,
+    "register_full_backward_hook")`, an `except AttributeError:` around
+    `register_full_backward_hook`, and the old side of a version gate
+    (`torch.__version__ < "1.8"`, `version.parse(...)`, `TORCH_VERSION >= (1, 8)`).
+    A legacy hook in the branch that runs on newer torch is reported.
 
     ## Example
     ```python
@@ -139,6 +157,16 @@ class LegacyBackwardHook(Rule):
         "        self.fn = fn\n"
         "    def setup(self):\n"
         "        self.register_backward_hook(print)\n",
+        # a fallback that only runs on torch < 1.8
+        "def attach(module, hook):\n"
+        "    if hasattr(module, 'register_full_backward_hook'):\n"
+        "        return module.register_full_backward_hook(hook)\n"
+        "    return module.register_backward_hook(hook)\n",
+        "def attach(module, hook):\n"
+        "    try:\n"
+        "        return module.register_full_backward_hook(hook)\n"
+        "    except AttributeError:\n"
+        "        return module.register_backward_hook(hook)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         # without graph facts: the output tensor hook, unsafe
@@ -175,19 +203,37 @@ class LegacyBackwardHook(Rule):
             "m = nn.Conv2d(3, 1, 3)\n"
             "m.register_full_backward_hook(log)  # HKL101\n",
         ),
+        # torch's API one call deep: a wrapper's own method forwarding to its module
+        Invalid(
+            "class Hooked:\n"
+            "    def __init__(self, module):\n"
+            "        self.module = module\n"
+            "    def register_backward_hook(self, fn):\n"
+            "        return self.module.register_backward_hook(fn)  # HKL101\n"
+        ),
+        # the API named by a string
+        Invalid(
+            "def attach(module, hook, full=False):\n"
+            "    kind = 'full_backward' if full else 'backward'\n"
+            "    return getattr(module, f'register_{kind}_hook')(hook)  # HKL101\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
-        for reg in legacy_registrations(ctx):
+        for group in legacy_groups(ctx):
+            reg = group[0]
+            target = reg.describe_target() if len(group) == 1 else _helper_target(group)
+            message = (f"`{reg.method_name}` on {target} is the legacy backward hook: it binds to the last autograd "
+                       f"op of the module's forward, not to the module")
+            fix = _least_safe([self.rename_fix(ctx, r) for r in group])
             yield self.finding(
                 ctx,
                 reg.name_node,
                 name_only=True,
-                message=f"`{reg.method_name}` on {reg.describe_target()} is the legacy backward hook: it binds to the "
-                f"last autograd op of the module's forward, not to the module",
-                help="Use `register_full_backward_hook` (same signature); its grad_input/grad_output are the "
-                "module's real input and output gradients.",
-                fix=self.rename_fix(ctx, reg),
+                message=message,
+                help=_legacy_help(fix),
+                fix=fix,
+                related=site_notes(ctx, group),
             )
 
     @staticmethod
@@ -230,6 +276,25 @@ class LegacyBackwardHook(Rule):
         )
 
 
+_FULL_HOOK_HELP = ("Use `register_full_backward_hook` (same signature); its grad_input/grad_output are the "
+                   "module's real input and output gradients.")
+_INPLACE_HELP = (" If an in-place op (`ReLU(inplace=True)`, `+=`) modifies the module's output, a full hook makes "
+                 "the forward fail: hook the output tensor from a forward hook instead "
+                 "(`output.register_hook(...)`), which sees the same grad_output.")
+
+
+def _legacy_help(fix: Fix | None) -> str:
+    """The help matches the fix offered: the full hook where it keeps the
+    code running, the output tensor hook where an in-place op may follow."""
+    if fix is not None and fix.message.startswith("Replace"):
+        return _FULL_HOOK_HELP
+    if fix is not None:
+        return ("Register the hook through a forward hook that calls `output.register_hook(...)`: it gets the "
+                "same grad_output, and unlike a full backward hook it keeps working when an in-place op "
+                "modifies the module's output.")
+    return _FULL_HOOK_HELP + _INPLACE_HELP
+
+
 class _Inplace(enum.Enum):
     IN_GRAPH = "the graph shows an in-place op on the module's output (or its input, inside it)"
     NONE_IN_GRAPH = "every model the receiver can be was run, and none has such an op"
@@ -268,9 +333,7 @@ def _inplace_in_source(ctx: FileContext, reg: Registration) -> bool:
     owner = ctx.inference.infer(receiver.value)
     if not isinstance(owner, ModuleValue) or owner.local_class is None:
         return False
-    from hooklint.rules.graph_only import _inplace_after_call  # HKL403's static pattern
-
-    return _inplace_after_call(ctx, owner.local_class, receiver.attr) is not None
+    return inplace_after_call(ctx, owner.local_class, receiver.attr) is not None
 
 
 def _output_hook_fix(ctx: FileContext, reg: Registration, func: ast.Attribute, *, safe: bool) -> Fix | None:
@@ -328,11 +391,31 @@ class LegacyHookGradInput(Rule):
     computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
 
     ## Known problems
-    Statically, a hooked module whose class hooklint cannot see (a parameter, an
-    attribute of an object from another file) is treated as "not known to be a
-    single op", and the message says so.  Built-in layers known to be a single
-    op with the input first (activations, convolutions, 2-D/3-D pooling) are not
-    reported.
+    Statically, the rule says the gradient is wrong (an error) only where the
+    source shows it: a built-in layer whose legacy `grad_input` is verified
+    against torch (`nn.Linear`, `nn.Sequential`, `nn.Dropout`, ...), a class
+    of the same file whose `forward` ends in another op, or a module an
+    `isinstance`/`type` test narrowed to classes that include such a layer.
+    On a hooked module whose class the file cannot show (a parameter such as
+    `target_layer`, each module of a caller's model, an attribute of an object
+    from another file), it is reported as a **warning** that says what is
+    known: the hook reads `grad_input`, which is the module's input gradient
+    only if the module is a single op taking its input first.  Built-in
+    layers that are such an op (activations, convolutions, normalisation,
+    pooling: each checked against torch), modules narrowed to them (`if
+    isinstance(m, nn.ReLU)`, in the loop or in the hook itself) and `class
+    MyConv(nn.Conv2d)` without its own forward are not reported.  An
+    `isinstance` test also admits subclasses, whose forward may run more ops.
+
+    The module and the hook are followed through the calls of the same file:
+    a helper's parameters (`add_hook(net.fc, save_grad)`, several calls
+    deep), a wrapper's own `register_backward_hook` that forwards to its
+    module, a dict of handlers, and `getattr(m, "register_backward_hook")`.
+    The finding is at the legacy registration (the API to change); the calls
+    that chose the module and the hook are listed with it.  Registrations in
+    fallbacks that only run on torch < 1.8 (`if hasattr(m,
+    "register_full_backward_hook"): ... else: ...`, `except AttributeError:`,
+    version gates) are not reported.
 
     ## Example
     ```python
@@ -388,6 +471,23 @@ class LegacyHookGradInput(Rule):
         "def scale(module, grad_input, grad_output):\n"
         "    return (grad_input[0] * 2,)\n"
         "nn.Linear(4, 2).register_full_backward_hook(scale)\n",
+        # guided backprop: an isinstance test narrowed the module to nn.ReLU, a single op
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "def guided(module, grad_input, grad_output):\n"
+        "    return (torch.clamp(grad_input[0], min=0.0),)\n"
+        "def prepare(model):\n"
+        "    for m in model.modules():\n"
+        "        if isinstance(m, nn.ReLU):\n"
+        "            m.register_backward_hook(guided)\n",
+        # the hook reads grad_input only where it has narrowed its module to a single op
+        "import torch.nn as nn\n"
+        "def clip(module, grad_input, grad_output):\n"
+        "    if isinstance(module, nn.ReLU):\n"
+        "        return (grad_input[0].clamp(min=0),)\n"
+        "def prepare(model):\n"
+        "    for m in model.modules():\n"
+        "        m.register_backward_hook(clip)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -408,72 +508,195 @@ class LegacyHookGradInput(Rule):
             "net.register_backward_hook(hook)  # HKL101, HKL102\n"
         ),
         Invalid(
+            "import torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.layer1 = nn.Linear(4, 3)\n"
             "def backward_hook(module, gin, gout):\n"
             "    gin0, gin1, gin2 = gin\n"
             "    return gin0, gin1 * 2, gin2 * 3\n"
+            "net = Net()\n"
             "hook = net.layer1.register_backward_hook(backward_hook)  # HKL101, HKL102\n"
+        ),
+        # a module whose class the file cannot show: a warning that says so
+        Invalid(
+            "def log(module, grad_input, grad_output):\n"
+            "    print(grad_input[0].norm())\n"
+            "def watch(target_layer):\n"
+            "    target_layer.register_backward_hook(log)  # HKL101, HKL102\n"
+        ),
+        # the hook and the module reach the registration through a helper's parameters
+        Invalid(
+            "import torch.nn as nn\n"
+            "def save_grad(module, grad_input, grad_output):\n"
+            "    print(grad_input[0].norm())\n"
+            "def add_hook(module, fn):\n"
+            "    return module.register_backward_hook(fn)  # HKL101, HKL102\n"
+            "add_hook(nn.Linear(4, 2), save_grad)\n"
         ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         forward = ForwardAnalysis(ctx.model, ctx.inference)
-        for reg in legacy_registrations(ctx):
-            if reg.hook is None:
-                continue
-            gi = reg.param("grad_input")
-            if gi is None:
-                continue
-            uses = name_uses(reg.hook.node, gi)
-            if not uses:
-                continue
-            module = reg.receiver_module
-            if module is not None and module.torch_class and is_legacy_safe_builtin(module):
-                continue
-            first = uses[0]
-            what = _use_kind(first)
-            from hooklint.graph.link import modules_for  # on first use: most runs never get here
+        reported: set[tuple[int, int]] = set()
+        for group in legacy_groups(ctx):
+            for reg in group:
+                if reg.hook is None or (id(reg.call), id(reg.hook.node)) in reported:
+                    continue
+                finding = self._check_instance(ctx, reg, group, forward)
+                if finding is not None:
+                    reported.add((id(reg.call), id(reg.hook.node)))
+                    yield finding
 
-            pairs = [(model, m) for model, m in modules_for(ctx, reg.receiver) if m.calls and m.bound is not None]
-            unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
-            if pairs and not unsafe:
-                continue  # the graph shows grad_input starts with the module's input gradients
-            related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
-            if unsafe:
-                message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
-                origin = Origin.GRAPH
+    def _check_instance(self, ctx: FileContext, reg: Registration, group: list[Registration],
+                        forward: ForwardAnalysis) -> Finding | None:
+        gi = reg.param("grad_input")
+        if gi is None:
+            return None
+        uses = grad_input_uses(ctx, reg, gi)
+        if not uses:
+            return None
+        first = uses[0]
+        what = _use_kind(first)
+        from hooklint.graph.link import modules_for  # on first use: most runs never get here
+
+        receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
+        pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
+        unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
+        if pairs and not unsafe:
+            return None  # the graph shows grad_input starts with the module's input gradients
+        module = reg.receiver_module
+        severity = None
+        if unsafe:
+            message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
+            origin = Origin.GRAPH
+        else:
+            verdict = forward.legacy_verdict(module)
+            if verdict.verdict == SAFE:
+                return None  # a single op whose first input is the module's: deprecated (HKL101), not wrong
+            if verdict.verdict == UNKNOWN:
+                # what can be proven, at the severity that matches
+                message = self._unseen_message(reg, gi, what)
+                severity = Severity.WARNING
             else:
-                message = self._message(reg, gi, what, module, forward)
-                origin = Origin.STATIC
-            yield self.finding(
-                ctx,
-                reg.name_node,
-                message,
-                name_only=True,
-                help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
-                "input; or hook the tensor you mean with `tensor.register_hook`.",
-                related=related,
-                origin=origin,
-            )
+                message = self._message(reg, gi, what, module, verdict)
+            origin = Origin.STATIC
+        related = [Related(f"`{gi}` {what} here", ctx.display_path, ctx.span(first)[0])]
+        related += site_notes(ctx, [r for r in group if r.hook is not None and r.hook.node is reg.hook.node])
+        finding = self.finding(
+            ctx,
+            reg.name_node,
+            message,
+            name_only=True,
+            help="Register it with `register_full_backward_hook`, whose grad_input has one entry per module "
+            "input; or hook the tensor you mean with `tensor.register_hook`.",
+            related=related,
+            origin=origin,
+        )
+        return finding.with_changes(severity=severity) if severity is not None else finding
+
+    @staticmethod
+    def _unseen_message(reg: Registration, gi: str, what: str) -> str:
+        hook_name = reg.hook.name if reg.hook else "the hook"
+        return (f"legacy backward hook `{hook_name}` {what} `{gi}` on {reg.describe_target()}, whose forward "
+                f"hooklint cannot see: unless that module is a single autograd op taking its input first (a "
+                f"convolution, an activation), `{gi}` holds the input gradients of the last op its forward runs, "
+                f"not the module's")
 
     @staticmethod
     def _message(reg: Registration, gi: str, what: str, module: ModuleValue | None,
-                 forward: ForwardAnalysis) -> str:
+                 verdict: LegacyVerdict) -> str:
         hook_name = reg.hook.name if reg.hook else "the hook"
         head = f"legacy backward hook `{hook_name}` {what} `{gi}`"
         target = reg.describe_target()
-        if module is not None and (module.local_class is not None or module.torch_class):
-            op = forward.last_op(module)
-            if op is not None and op.grad_input:
-                return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
-                        f"not the gradient of the module's input")
-            if op is not None:
-                where = f" ({op.where()})" if op.node is not None else ""
-                return (f"{head}, but on {target} it is bound to the last autograd op, {op.description}{where}: "
-                        f"`{gi}` holds that op's input gradients, not the module's")
-            return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
-                    f"last op its forward runs, not the module's")
-        return (f"{head} on {target}; hooklint cannot see that module's forward, and unless it is a single "
-                f"autograd op `{gi}` holds the input gradients of its last op, not the module's")
+        narrowing = module.narrowing if module is not None and module.torch_class is None \
+            and module.local_class is None else None
+        if narrowing is not None:
+            head += (f", and `{reg.receiver_text}` can be an nn.{verdict.class_name} (`{src(narrowing.test)}` at "
+                     f"line {narrowing.test.lineno} admits {' or '.join(narrowing.names)})")
+            target = f"an nn.{verdict.class_name}"
+        op = verdict.op
+        if op is not None and op.grad_input:
+            return (f"{head}, but on {target} it is bound to {op.description}: `{gi}` is {op.grad_input}, "
+                    f"not the gradient of the module's input")
+        if op is not None:
+            where = f" ({op.where()})" if op.node is not None else ""
+            return (f"{head}, but on {target} it is bound to the last autograd op, {op.description}{where}: "
+                    f"`{gi}` holds that op's input gradients, not the module's")
+        return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
+                f"last op its forward runs, not the module's")
+
+
+def legacy_groups(ctx: FileContext) -> list[list[Registration]]:
+    """Legacy registrations by registering call: each call's instances (one per
+    call site of the helper it is in, per handler a loop gives it...)."""
+    groups: dict[int, list[Registration]] = {}
+    for reg in ctx.hooks.instances_by_kind(HookKind.BACKWARD_LEGACY):
+        groups.setdefault(id(reg.call), []).append(reg)
+    return list(groups.values())
+
+
+def grad_input_uses(ctx: FileContext, reg: Registration, gi: str) -> list[ast.Name]:
+    """Reads of ``grad_input`` in the hook, except under a test that narrows the
+    hook's module to single-op layers (``if isinstance(module, nn.ReLU):``)."""
+    assert reg.hook is not None
+    uses = name_uses(reg.hook.node, gi)
+    module_param = reg.param("module")
+    if not uses or module_param is None:
+        return uses
+    identity = ctx.inference.identity
+    kept = []
+    for use in uses:
+        narrowing = identity.narrowing_of(use, module_param)
+        if narrowing is not None and not narrowing.local and \
+                all(n in LEGACY_SAFE_BUILTINS for n in narrowing.names):
+            continue
+        kept.append(use)
+    return kept
+
+
+def site_notes(ctx: FileContext, group: list[Registration], limit: int = 4) -> list[Related]:
+    """Where the calls that chose the hook or the module are."""
+    notes: list[Related] = []
+    seen: set[int] = set()
+    for reg in group:
+        site = reg.site_call
+        if site is None or id(site) in seen:
+            continue
+        seen.add(id(site))
+        parts = []
+        if reg.receiver_origin is not None:
+            module = reg.receiver_module
+            label = f" ({module.class_name})" if module is not None and module.class_name else ""
+            parts.append(f"the module `{src(reg.receiver_origin)}`{label}")
+        if reg.hook_origin is not None and reg.hook is not None:
+            parts.append(f"the hook `{reg.hook.name}`")
+        what = " and ".join(parts) or "the registration's arguments"
+        notes.append(Related(f"`{src(site.func)}(...)` passes {what}", ctx.display_path, ctx.span(site)[0]))
+        if len(notes) >= limit:
+            break
+    return notes
+
+
+def _helper_target(group: list[Registration]) -> str:
+    """The receiver of a registration made once per call site."""
+    reg = group[0]
+    text = src(reg.receiver) if reg.receiver is not None else "every module (global hook)"
+    sites = {id(r.site_call) for r in group if r.site_call is not None}
+    if sites:
+        return f"`{text}` (from {len(sites)} call{'s' if len(sites) > 1 else ''} in this file)"
+    return f"`{text}`"
+
+
+_SAFETY_ORDER = {Applicability.DISPLAY_ONLY: 0, Applicability.UNSAFE: 1, Applicability.SAFE: 2}
+
+
+def _least_safe(fixes: list[Fix | None]) -> Fix | None:
+    """One fix for a call reached several ways: as safe as its least safe way."""
+    if not fixes or any(f is None for f in fixes):
+        return None
+    return min(fixes, key=lambda f: _SAFETY_ORDER.get(f.applicability, 0))  # type: ignore[union-attr]
 
 
 def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, module: ModuleFacts,

@@ -13,18 +13,17 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
+from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
+from hooklint.static.handles import RemovalFlow, destination
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
-    LoopNode,
-    attributes_stored_in,
     block_of,
     access_path,
     calls_in,
     constant_range_length,
     contains,
-    enclosing_comprehension,
     enclosing_loops,
     executed_nodes,
     function_of,
@@ -39,11 +38,11 @@ from hooklint.static.semantic import (
     Binding,
     ClassInfo,
     FunctionNode,
-    is_classmethod,
     is_staticmethod,
     positional_params,
 )
-from hooklint.static.values import CallableValue, ModuleValue, TensorValue, src
+from hooklint.static.inplace import inplace_of_name, inplace_use_of
+from hooklint.static.values import ModuleValue, TensorValue, src
 
 _TENSOR_KINDS = (HookKind.TENSOR, HookKind.POST_ACCUMULATE)
 _MODULE_BACKWARD_KINDS = (HookKind.BACKWARD_LEGACY, HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE)
@@ -841,14 +840,12 @@ def _same_module(ctx: FileContext, a: ast.AST | None, b: ast.AST) -> bool:
 
 def _result_modified_in_place(ctx: FileContext, call: ast.Call, receiver: ast.AST) -> bool:
     """``relu_(m.forward(x))``, ``y = m.forward(x); y += 1``..., or the graph's word for it."""
-    from hooklint.rules.graph_only import _inplace_of_name, _use_of  # HKL403's patterns
-
-    if _use_of(ctx, call) is not None:
+    if inplace_use_of(ctx, call) is not None:
         return True
     parent = getattr(call, "_hl_parent", None)
     function = ctx.model.enclosing_function(call)
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name) \
-            and function is not None and _inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
+            and function is not None and inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
         return True
     if ctx.graph is not None:
         from hooklint.graph.link import modules_for
@@ -872,32 +869,46 @@ def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:
 
 # --------------------------------------------------------------------- HKL304
 
-# Methods that torch or Lightning call once per step on the same module.
-_PER_STEP_METHODS = frozenset({"forward", "training_step", "validation_step", "test_step", "predict_step"})
-# Calls that return the same objects each time they are made on the same module.
-_STABLE_ACCESSORS = frozenset({
-    "modules", "children", "named_modules", "named_children", "parameters", "named_parameters", "buffers",
-    "named_buffers", "get_submodule", "get_parameter", "get_buffer",
-})
-
-
 class HookLeak(Rule):
     """
     ## What it does
     Reports a hook registered again and again on the same target, with a
     handle that is never removed: inside a loop whose iterations all hook the
-    same module or parameter, or inside a function that runs repeatedly (called
-    more than once, called in a loop, or a module's `forward` /
-    `training_step`).
+    same module or parameter, or inside a function, method or constructor
+    that runs again with the same target.  It runs again when a module's
+    `forward` (or `training_step`) calls it, when it is called in a loop or
+    a comprehension, or twice on the same object, or from a function that
+    runs again itself, in any of the checked files: a Grad-CAM class in a
+    library that hooks `target_layer` in its constructor leaks when an
+    evaluation script in another folder builds one per image.  The target
+    may arrive as an argument (`model`, `target_layer`, `self.model`
+    assigned from one, `model.get_submodule(name)`, the modules of
+    `model.named_modules()`): the call site must then pass the same object
+    each time.
+
+    Where no call in the checked files repeats it, an entry point that its
+    users call is reported as a *warning*: a public method (or `__call__`)
+    of a public class that hooks the object's own module (`self.model`), the
+    constructor of a public class that hooks a module it is given, and a
+    public function of a package that hooks its argument and that no
+    checked file calls.  Every further call adds one more hook and nothing
+    can remove them.
+
+    In a package's code (not in its tests or `__main__` scripts), hooks
+    registered on a module the caller owns and removed after the caller's
+    code ran (`model(x)`, a `forward_fn` it passed), outside a `finally`,
+    are reported as a *warning* too: when that code raises, the hooks stay
+    on the caller's module and each retry adds more.
 
     ## Why is this bad?
     Every registration adds one more hook; the old ones stay.  After N
     iterations (or calls) the hook runs N times per forward or backward pass,
     so a hook that scales a gradient scales it N times, a hook that records
-    activations records N copies, and memory grows.  hook-semantics.md,
-    section 3: a saliency library registered its "guided" ReLU hooks on every
-    call and dropped the handles, so its "vanilla" mode returned guided
-    gradients after a single guided call.
+    activations records N copies, and memory grows.  The objects the hooks
+    reference (an explainer, its saved activations) stay alive with the model.
+    hook-semantics.md, section 3: a saliency library registered its "guided"
+    ReLU hooks on every call and dropped the handles, so its "vanilla" mode
+    returned guided gradients after a single guided call.
 
     ## Known problems
     Registering one hook per module in a loop over `model.modules()`,
@@ -905,10 +916,21 @@ class HookLeak(Rule):
     and is not reported; tensor hooks on tensors created in the loop or in
     `forward` die with the tensor and are not reported either.  A registration
     guarded by a condition that can make it run once (`if self._handle is
-    None:`, `if step == 0:`, `hasattr(...)`) is not reported.  A handle stored
-    in an attribute or appended to a list counts as removed as soon as the file
-    calls `.remove()` on that attribute or reads the list anywhere: hooklint
-    does not check that this happens between registrations.
+    None:`, `if step == 0:`, `hasattr(...)`), here or at a call site on the
+    way, is not reported.  A handle stored in an attribute or appended to a
+    list counts as removed as soon as the file calls `.remove()` on that
+    attribute or reads the list anywhere: hooklint does not check that this
+    happens between registrations.  Calls in other files are seen when those
+    files are checked in the same run (`hooklint check .`), through imports,
+    re-exports, constructors, methods of instances whose class the file shows
+    (`cam = GradCAM(...)`, a parameter annotated with the class) and
+    `super()`; a call through an object of unknown class is not followed.
+    A handle kept in a public attribute (`self.handles`) of an entry point
+    counts as removable by the object's users.  A removal is paired with
+    its registration through local names, lists and dicts, attributes of
+    `self` and the methods of the class that register or remove them; a
+    pairing through other objects (a helper class's `add_hook`/`reset_hooks`)
+    is not seen.
 
     ## Example
     ```python
@@ -1024,6 +1046,35 @@ class HookLeak(Rule):
         "def attach():\n"
         "    net.register_forward_hook(lambda m, i, o: None)\n"
         "attach()\n",
+        # registered once in __init__, the handle kept
+        "class Probe:\n"
+        "    def __init__(self, layer):\n"
+        "        self.handle = layer.register_forward_hook(self.save)\n"
+        "    def save(self, m, i, o):\n"
+        "        self.out = o\n"
+        "    def close(self):\n"
+        "        self.handle.remove()\n"
+        "for image in range(3):\n"
+        "    Probe(object()).close()\n",
+        # a public method that removes its hook in `finally`
+        "class Explainer:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = model\n"
+        "    def attribute(self, x):\n"
+        "        handle = self.model.register_forward_hook(self.save)\n"
+        "        try:\n"
+        "            return self.model(x)\n"
+        "        finally:\n"
+        "            handle.remove()\n"
+        "    def save(self, m, i, o):\n"
+        "        self.out = o\n",
+        # a private class constructed in a loop, on a new model each time
+        "class _Probe:\n"
+        "    def __init__(self, model):\n"
+        "        model.register_forward_hook(print)\n"
+        "def run(models):\n"
+        "    for model in models:\n"
+        "        _Probe(model)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -1068,6 +1119,29 @@ class HookLeak(Rule):
             "    net(torch.rand(1, 2))\n"
             "h.remove()\n"
         ),
+        Invalid(
+            # a constructor that hooks its argument, built once per image
+            "class GradCAM:\n"
+            "    def __init__(self, model, target_layer):\n"
+            "        self.model = model\n"
+            "        target_layer.register_forward_hook(self.save)  # HKL304\n"
+            "    def save(self, m, i, o):\n"
+            "        self.activation = o\n"
+            "def explain(model, images):\n"
+            "    return [GradCAM(model, model.layer4) for image in images]\n"
+        ),
+        Invalid(
+            # a public method that hooks its own model on every call (a warning)
+            "class FeatureExtractor:\n"
+            "    def __init__(self, model):\n"
+            "        self.model = model\n"
+            "    def extract(self, x):\n"
+            "        self.model.layer4.register_forward_hook(self.keep)  # HKL304\n"
+            "        self.model(x)\n"
+            "        return self.features\n"
+            "    def keep(self, m, i, o):\n"
+            "        self.features = o\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -1076,6 +1150,7 @@ class HookLeak(Rule):
             finding = analysis.check(self, reg)
             if finding is not None:
                 yield finding
+        yield from analysis.unprotected_removals(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -1085,8 +1160,8 @@ _LIST_METHODS_THAT_DROP = frozenset({"append", "clear"})
 class _LeakAnalysis:
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
-        self._repeat_reasons: dict[ast.AST, str | None] = {}
-        self._set_outside_init: set[str] | None = None
+        self.dependence = ctx.summarizer.dependence
+        self.guards = ctx.summarizer.guards
         self._loads: tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]] | None = None
         self._self_classes: dict[int, ClassInfo | None] = {}
 
@@ -1105,30 +1180,101 @@ class _LeakAnalysis:
 
     # ---------------------------------------------------------------- entry
     def check(self, rule: Rule, reg: Registration) -> Finding | None:
-        units: list[ast.AST] = list(enclosing_loops(reg.call))
-        func = function_of(reg.call)
-        if isinstance(func, FunctionNode):
-            units.append(func)
-        for unit in units:
-            if isinstance(unit, LoopNode):
-                repeat = f"on every iteration of the loop at line {unit.lineno}"
-                times = constant_range_length(unit.iter) if isinstance(unit, (ast.For, ast.AsyncFor)) else None
-            else:
-                reason = self.repeat_reason(unit)
-                if reason is None:
-                    continue
-                repeat = f"each time `{unit.name}` runs ({reason})"  # type: ignore[attr-defined]
-                times = None
-            if not self._same_target_each_time(reg, unit) or self._guarded(reg.call, unit) \
-                    or (isinstance(unit, LoopNode) and self._leaves_loop_after(reg.call, unit)):
+        for loop in enclosing_loops(reg.call):
+            if self._needed(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
+                    or leaves_loop_after(reg.call, loop):
                 continue
-            fate = self._handle_fate(reg, unit)
+            fate = self._handle_fate(reg, loop)
             if fate is None:
                 return None
-            return self._finding(rule, reg, repeat, times, fate)
-        return None
+            times = constant_range_length(loop.iter) if isinstance(loop, (ast.For, ast.AsyncFor)) else None
+            return self._finding(rule, reg, f"on every iteration of the loop at line {loop.lineno}", times, fate)
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode):
+            return None
+        needed = self._needed(reg, func)
+        if needed is None or self.guards.guarded(reg.call, func):
+            return None
+        fate = self._handle_fate(reg, func)
+        if fate is None:
+            return None
+        repeat = self._repeat(func, needed)
+        if repeat is None:
+            return None
+        text, proven, related = repeat
+        if not proven:
+            kept = destination(self.ctx, reg)
+            if kept.kind in ("attribute", "container") and kept.attr and not kept.attr.startswith("_"):
+                return None  # the object's users can reach the handles and remove them
+        cls = self.ctx.model.enclosing_class(func)
+        name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+        finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
+        if not proven:
+            finding = finding.with_changes(severity=Severity.WARNING)
+        return finding
 
-    def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str) -> Finding:
+    def unprotected_removals(self, rule: Rule) -> Iterable[Finding]:
+        """Hooks on the caller's modules removed after the caller's code ran,
+        outside a ``finally``: when that code raises, they stay (a warning)."""
+        ctx = self.ctx
+        if "." not in ctx.module or _is_script(ctx.tree) or _is_test_file(ctx.path):
+            return  # a script or a test: the library API of a package is what callers retry after an error
+        removing = _functions_reaching(ctx, {id(f): f for f in (function_of(c) for c in
+                                                               ctx.model.calls_of_method("remove"))
+                                             if isinstance(f, FunctionNode)})
+        registering = _functions_reaching(ctx, {id(f): f for f in (function_of(r.call) for r in
+                                                                   ctx.hooks.registrations)
+                                                if isinstance(f, FunctionNode)})
+        candidates = {key: func for key, func in removing.items() if key in registering}
+        flow = RemovalFlow(ctx)
+        for func in sorted(candidates.values(), key=lambda f: f.lineno):
+            if function_of(func) is not None:
+                continue  # a nested function: its own caller decides
+            for found in flow.unprotected(func):
+                # the module outlives the call: the caller's (not one the function builds)
+                regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
+                        and self.dependence.of(r.receiver, function_of(r.call)) is not None]
+                if not regs:
+                    continue
+                first = regs[0]
+                risky = src(found.risky.func)
+                removal = src(found.removal)
+                hooks = " and ".join(sorted({_hook_words(r) for r in regs}))
+                message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
+                           f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: it "
+                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module, "
+                           f"and every later call adds more")
+                yield rule.finding(
+                    ctx, found.removal, message,
+                    help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
+                    related=[Related("the hook is registered here", ctx.display_path, ctx.span(r.call)[0])
+                             for r in regs[:3]]
+                    + [Related("this call can raise", ctx.display_path, ctx.span(found.risky)[0])],
+                ).with_changes(severity=Severity.WARNING)
+
+    def _needed(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
+        """The parameters of ``unit`` that must be the same for the registration
+        to hook the same target with the same hook again (None: it hooks a new
+        object each time, or copies different hooks: not a leak)."""
+        if reg.hook_expr is None:
+            return None
+        hook = self.dependence.behaviour(reg.hook_expr, unit)
+        if hook is None:
+            return None
+        if reg.receiver is None:
+            return hook  # a global hook: one target, every module
+        target = self.dependence.of(reg.receiver, unit)
+        if target is None:
+            return None
+        if reg.kind.is_tensor:
+            # only tensors known to outlive the loop or call: parameters and leaves
+            value = self.ctx.inference.infer(reg.receiver)
+            if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)):
+                return None
+        return target | hook
+
+    def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str,
+                 related: Iterable[Related] = ()) -> Finding:
         event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
         stacks = (f"after {times} iterations it is registered {times} times and runs {times} times per {event} pass"
                   if times and times > 1 else f"after N registrations it runs N times per {event} pass")
@@ -1137,217 +1283,32 @@ class _LeakAnalysis:
         return rule.finding(
             self.ctx, reg.name_node, message, name_only=True,
             help="Register the hook once (before the loop, or in `__init__`), or keep the handle and call "
-                 "`handle.remove()` before registering it again.",
+                 "`handle.remove()` before registering it again (a `with` block or `try`/`finally` does it).",
+            related=related,
         )
 
     # ----------------------------------------------------- repeated functions
-    def repeat_reason(self, func: ast.AST, depth: int = 0) -> str | None:
-        if func in self._repeat_reasons:
-            return self._repeat_reasons[func]
-        self._repeat_reasons[func] = None  # recursion guard
-        reason = self._compute_repeat_reason(func, depth)
-        self._repeat_reasons[func] = reason
-        return reason
-
-    def _compute_repeat_reason(self, func: ast.AST, depth: int) -> str | None:
+    def _repeat(self, func: ast.AST, needed: frozenset[str]) -> tuple[str, bool, list[Related]] | None:
+        """Why ``func`` runs again with the same ``needed`` arguments: (words,
+        proven, related locations); not proven for an entry point (a public
+        method, a constructor, a public function) that nothing shown calls twice."""
         ctx = self.ctx
-        name = getattr(func, "name", "")
-        cls = ctx.model.enclosing_class(func)
-        if name in _PER_STEP_METHODS and cls is not None and func in cls.methods.values() \
-                and ctx.model.is_module_class(cls):
-            return f"`{cls.name}.{name}` runs on every step"
-        sites = self.call_sites(func)
-        for site in sites:
-            # `for m in models: Probe(m).attach()` calls it once per object
-            receiver = site.func.value if isinstance(site.func, ast.Attribute) else None
-            loops = [loop for loop in enclosing_loops(site)
-                     if receiver is None or self._invariant(receiver, loop, 0)]
-            if loops:
-                return f"called in the loop at line {loops[0].lineno}"
-            comprehension = enclosing_comprehension(site)
-            if comprehension is not None and (receiver is None or self._invariant(receiver, comprehension, 0)):
-                return f"called for each element of the comprehension at line {comprehension.lineno}"
-        same_object: dict[object, list[ast.Call]] = {}
-        for site in sites:
-            same_object.setdefault(self._instance_key(site), []).append(site)
-        repeated = max(same_object.values(), key=len, default=[])
-        if len(repeated) >= 2:
-            lines = ", ".join(str(s.lineno) for s in repeated[:4])
-            return f"called {len(repeated)} times in this file, lines {lines}"
-        if depth < 4:
-            for site in sites:
-                caller = function_of(site)
-                if isinstance(caller, FunctionNode):
-                    outer = self.repeat_reason(caller, depth + 1)
-                    if outer is not None:
-                        return f"called from `{caller.name}`, {outer}"
-        return None
-
-    def _instance_key(self, site: ast.Call) -> object:
-        """Call sites with equal keys call the method on the same object."""
-        if not isinstance(site.func, ast.Attribute):
-            return None  # a plain function
-        return _object_key(self.ctx, site.func.value)
-
-    def call_sites(self, func: ast.AST) -> list[ast.Call]:
-        model = self.ctx.model
-        name = getattr(func, "name", None)
-        if name is None:
-            return []
-        out = []
-        for call in model.name_calls.get(name, ()):
-            if any(b.node is func for b in model.bindings_at(call.func)):  # type: ignore[arg-type]
-                out.append(call)
-        for call in model.method_calls.get(name, ()):
-            target = self.ctx.inference.infer(call.func)
-            if isinstance(target, CallableValue) and target.node is func:
-                out.append(call)
-        out.sort(key=lambda c: (c.lineno, c.col_offset))
-        return out
-
-    # ------------------------------------------------------- same target
-    def _same_target_each_time(self, reg: Registration, unit: ast.AST) -> bool:
-        """The same hook on the same object each time (copying a list of
-        different hook functions onto a module is not a leak)."""
-        if reg.hook_expr is None or not self._same_hook(reg.hook_expr, unit):
-            return False
-        if reg.receiver is None:
-            return True  # a global hook: one target, every module
-        if not self._invariant(reg.receiver, unit, 0):
-            return False
-        if reg.kind.is_tensor:
-            # only tensors known to outlive the loop or call: parameters and leaves
-            value = self.ctx.inference.infer(reg.receiver)
-            return isinstance(value, TensorValue) and (value.parameter or value.leaf is True)
-        return True
-
-    def _same_hook(self, expr: ast.AST, unit: ast.AST) -> bool:
-        """Does ``expr`` make a hook that behaves the same each time: the same
-        function, a lambda or a factory call that uses nothing rebound in ``unit``."""
-        if isinstance(expr, ast.Lambda):
-            params = {a.arg for a in expr.args.posonlyargs + expr.args.args + expr.args.kwonlyargs}
-            defaults = list(expr.args.defaults) + [d for d in expr.args.kw_defaults if d is not None]
-            return all(self._same_hook(d, unit) for d in defaults) and \
-                all(self._invariant(node, unit, 0) for node in executed_nodes(expr.body)
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in params)
-        if isinstance(expr, ast.Call):
-            return self._same_hook(expr.func, unit) and \
-                all(self._same_hook(a, unit) for a in list(expr.args) + [k.value for k in expr.keywords])
-        return self._invariant(expr, unit, 0)
-
-    def _invariant(self, expr: ast.AST, unit: ast.AST, depth: int) -> bool:
-        """Does ``expr`` name the same object each time ``unit`` (re)runs?"""
-        if depth > 8:
-            return False
-        if isinstance(expr, ast.Constant):
-            return True
-        if isinstance(expr, ast.Name):
-            return self._invariant_name(expr, unit, depth)
-        if isinstance(expr, ast.Attribute):
-            if expr.attr in attributes_stored_in(unit):
-                return False  # reassigned in the loop / the function: a new object each time
-            return self._invariant(expr.value, unit, depth + 1)
-        if isinstance(expr, ast.Subscript):
-            return self._invariant(expr.value, unit, depth + 1) and self._invariant(expr.slice, unit, depth + 1)
-        if isinstance(expr, (ast.Tuple, ast.List)):
-            return all(self._invariant(e, unit, depth + 1) for e in expr.elts)
-        if isinstance(expr, ast.Call):
-            func = expr.func
-            args = list(expr.args) + [k.value for k in expr.keywords]
-            if isinstance(func, ast.Attribute) and func.attr in _STABLE_ACCESSORS:
-                return self._invariant(func.value, unit, depth + 1) and \
-                    all(self._invariant(a, unit, depth + 1) for a in args)
-            if isinstance(func, ast.Name) and func.id in ("getattr", "enumerate") and \
-                    self.ctx.model.qualify(func) == f"builtins.{func.id}":
-                return all(self._invariant(a, unit, depth + 1) for a in args)
-        return False
-
-    def _invariant_name(self, name: ast.Name, unit: ast.AST, depth: int) -> bool:
-        model = self.ctx.model
-        scope = model.scope_of(name)
-        found = model.lookup(name.id, scope)
-        inside = [b for b in found if contains(unit, b.node) or (b.kind == "param" and b.scope.node is unit)]
-        if not inside:
-            return True  # bound before the loop, or outside the function
-        for b in inside:
-            if b.kind == "param":
-                func = b.scope.node
-                params = func.args.posonlyargs + func.args.args  # type: ignore[attr-defined]
-                is_self = bool(params) and params[0] is b.value and model.enclosing_class(func) is not None \
-                    and not is_staticmethod(func) and not is_classmethod(func)
-                if not is_self:
-                    return False
-            elif b.kind == "assign" and not b.path:
-                if not self._invariant(b.value, unit, depth + 1):  # type: ignore[arg-type]
-                    return False
-            elif b.kind == "for":
-                if b.node is unit or not self._invariant(b.value, unit, depth + 1):  # type: ignore[arg-type]
-                    return False
-            else:
-                return False
-        return True
-
-    # ------------------------------------------------------------- guards
-    def _guarded(self, call: ast.Call, unit: ast.AST) -> bool:
-        """Is the registration under a condition that may let it run only once?"""
-        guard_names = names_stored_in(unit) - self._inner_loop_targets(unit)
-        if isinstance(unit, (ast.For, ast.AsyncFor)):
-            guard_names |= names_stored_in(unit.target)
-        guard_attrs = attributes_stored_in(unit) | self._attributes_set_outside_init()
-
-        def guard_like(test: ast.AST) -> bool:
-            for node in executed_nodes(test):
-                if isinstance(node, ast.Name) and node.id in guard_names:
-                    return True
-                if isinstance(node, ast.Attribute) and node.attr in guard_attrs:
-                    return True
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                        node.func.id in ("hasattr", "getattr"):
-                    return True
-            return False
-
-        child: ast.AST = call
-        cur = getattr(call, "_hl_parent", None)
-        while cur is not None and cur is not unit:
-            if isinstance(cur, (ast.If, ast.While, ast.IfExp)) and child is not cur.test and guard_like(cur.test):
-                return True
-            if isinstance(cur, ast.stmt):
-                pos = block_of(cur)
-                if pos is not None:
-                    for earlier in pos[0][:pos[1]]:
-                        if isinstance(earlier, ast.If) and _exits(earlier) and guard_like(earlier.test):
-                            return True
-            child, cur = cur, getattr(cur, "_hl_parent", None)
-        return False
-
-    @staticmethod
-    def _inner_loop_targets(unit: ast.AST) -> set[str]:
-        out: set[str] = set()
-        for node in executed_nodes(unit):
-            if node is not unit and isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                out |= names_stored_in(node.target)
-        return out
-
-    def _attributes_set_outside_init(self) -> set[str]:
-        if self._set_outside_init is None:
-            self._set_outside_init = set()
-            for func in self.ctx.model.functions:
-                if getattr(func, "name", "") != "__init__":
-                    self._set_outside_init |= {n.attr for n in executed_nodes(func) if isinstance(n, ast.Attribute)
-                                               and isinstance(n.ctx, ast.Store)}
-        return self._set_outside_init
-
-    @staticmethod
-    def _leaves_loop_after(call: ast.Call, loop: ast.AST) -> bool:
-        """A ``break``/``return``/``raise`` right after the registration: it runs once."""
-        cur: ast.AST | None = statement_of(call)
-        while cur is not None and cur is not loop:
-            if isinstance(cur, ast.stmt):
-                for later in later_statements(cur):
-                    if isinstance(later, (ast.Break, ast.Return, ast.Raise)):
-                        return True
-            cur = getattr(cur, "_hl_parent", None)
-        return False
+        model = ctx.model
+        cls = model.enclosing_class(func)
+        if is_step_method(model, func) and all(n == SELF or n.startswith(SELF + ".") for n in needed):
+            return f"torch calls `{cls.name}.{func.name}` on every step", True, []  # type: ignore[union-attr]
+        qual = ctx.qualname(func)
+        if qual is None:
+            return None
+        reason = ctx.project.first_reason(qual, needed)
+        if reason is None:
+            return None
+        related = [] if reason.path == ctx.display_path else \
+            [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
+        text = reason.describe(ctx.display_path)
+        if not reason.proven:
+            text += "; nothing in the checked files calls it twice, so this is reported as a warning"
+        return text, reason.proven, related
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:
@@ -1392,8 +1353,9 @@ class _LeakAnalysis:
                 continue
             if ctx.model.scope_of(node) is not scope:
                 return None  # used by a nested function: it may remove it
-            if binding not in ctx.model.bindings_at(node):
-                continue
+            if binding not in ctx.model.bindings_at(node) and \
+                    (node.lineno <= binding.lineno or not _other_branch(ctx, node, binding)):
+                continue  # another binding of the name, in straight-line code
             parent = getattr(node, "_hl_parent", None)
             call = getattr(parent, "_hl_parent", None)
             if isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call) \
@@ -1464,6 +1426,60 @@ class _LeakAnalysis:
         return False
 
 
+def _functions_reaching(ctx: FileContext, functions: dict[int, ast.AST]) -> dict[int, ast.AST]:
+    """``functions`` and the functions of the file that call one of them by
+    name (``self._remove_hooks()``, ``helper(m)``, ``model.apply(helper)``),
+    one level up: the helpers a function uses to register or remove."""
+    out = dict(functions)
+    model = ctx.model
+    for func in list(functions.values()):
+        name = getattr(func, "name", None)
+        if name is None:
+            continue
+        calls = list(model.method_calls.get(name, ())) + list(model.name_calls.get(name, ()))
+        calls += [c for c in model.method_calls.get("apply", ()) if c.args and
+                  getattr(c.args[0], "attr", getattr(c.args[0], "id", None)) == name]
+        for call in calls:
+            caller = function_of(call)
+            if isinstance(caller, FunctionNode):
+                out.setdefault(id(caller), caller)
+    return out
+
+
+def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:
+    """Can ``binding`` reach ``use`` although another binding comes between them
+    in the text (``if d == "fwd": h = ... elif ...: h = ...``, then ``use(h)``)?
+    True when the bindings in between are all in branches (if/try) that do not
+    hold ``binding`` itself."""
+    others = [b for b in ctx.model.bindings_at(use) if b is not binding]
+    for other in others:
+        cur = getattr(other.node, "_hl_parent", None)
+        in_branch = False
+        while cur is not None and not isinstance(cur, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            if isinstance(cur, (ast.If, ast.Try, ast.Match)) and not contains(cur, binding.node):
+                in_branch = True
+                break
+            cur = getattr(cur, "_hl_parent", None)
+        if not in_branch:
+            return False
+    return True
+
+
+def _is_test_file(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") \
+        or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py"
+
+
+def _is_script(tree: ast.Module) -> bool:
+    """A file with an ``if __name__ == "__main__":`` block (a conversion script in a package)."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name) \
+                and stmt.test.left.id == "__name__":
+            return True
+    return False
+
+
 def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:
     def bases(info: ClassInfo) -> set[int]:
         out, stack = set(), [info]
@@ -1475,7 +1491,3 @@ def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:
         return out
 
     return id(b) in bases(a) or id(a) in bases(b)
-
-
-def _exits(stmt: ast.If) -> bool:
-    return any(isinstance(n, (ast.Return, ast.Break, ast.Continue, ast.Raise)) for n in executed_nodes(stmt))

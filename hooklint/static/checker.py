@@ -10,18 +10,23 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sys
 import unicodedata
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from hooklint.findings import Finding, Location, Notice, NoticeLevel
+from hooklint.findings import Applicability, Finding, Location, Notice, NoticeLevel, Related
 from hooklint.rules import all_rules
 from hooklint.rules.base import Rule
 from hooklint.static.context import FileContext
-from hooklint.static.noqa import parse_noqa
-from hooklint.static.source import SourceError, read_source
+from hooklint.static.noqa import parse_noqa, unknown_noqa_codes
+from hooklint.static.notebook import Notebook, is_notebook, read_notebook
+from hooklint.static.source import SourceError, decode_source, read_regular_file
+
+# ast.parse's feature_version accepts nothing older.
+OLDEST_FEATURE_VERSION = (3, 7)
 
 
 # Python's AST can take 240 bytes of memory per character of source: 12 GB and
@@ -36,6 +41,11 @@ class FileResult:
     findings: list[Finding] = field(default_factory=list)
     notices: list[Notice] = field(default_factory=list)
     parsed: bool = False  # False when the text prefilter showed no rule can fire
+    # For the project pass (hooklint.parallel), not part of the stored result:
+    # the file's call-graph summary, and the questions its rules asked about
+    # other files with the answers they got (hooklint.static.project).
+    summary: dict[str, Any] | None = None
+    asked: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +130,58 @@ def _syntax_finding(display_path: str, message: str, row: int, column: int) -> F
                                 message=message)
 
 
+def python_version_label(version: tuple[int, int]) -> str:
+    return f"Python {version[0]}.{version[1]}"
+
+
+class _NewerSyntax(Exception):
+    """The text does not parse on the running Python, whose version is older
+    than the project's target: maybe not an error in the user's code."""
+
+    def __init__(self, error: SyntaxError):
+        self.error = error
+
+
+def parse_for_target(text: str, filename: str, target: tuple[int, int] | None) -> ast.Module:
+    """Parse as the target Python would.
+
+    Raises SyntaxError (with a message naming the target when the syntax is
+    valid on the running Python but newer than the target), ``_NewerSyntax``
+    when the text does not parse here but the target is newer than the
+    running Python, and ValueError/MemoryError/RecursionError as ast.parse."""
+    running = sys.version_info[:2]
+    with warnings.catch_warnings():
+        # invalid escape sequences etc. in user code are not our business
+        warnings.simplefilter("ignore")
+        if target is not None and target < running:
+            try:
+                return ast.parse(text, filename=filename, feature_version=max(target, OLDEST_FEATURE_VERSION))
+            except SyntaxError as old:
+                try:
+                    ast.parse(text, filename=filename)
+                except SyntaxError:
+                    raise  # a syntax error whatever the version: the plain one is reported
+                old.msg = (f"{old.msg} (the project's target is {python_version_label(target)}: "
+                           f"`target-version`, or `requires-python` in pyproject.toml)")
+                raise old from None
+        try:
+            return ast.parse(text, filename=filename)
+        except SyntaxError as exc:
+            if target is not None and target > running:
+                raise _NewerSyntax(exc) from None
+            raise
+
+
+def _newer_syntax_notice(display: str, exc: SyntaxError, target: tuple[int, int], cell: int | None = None) -> Notice:
+    running = sys.version_info[:2]
+    what = "not checked" if cell is None else f"cell {cell} not checked (the other cells are)"
+    return Notice(display, (
+        f"{what}: it does not parse on {python_version_label(running)}, which hooklint runs on "
+        f"(line {exc.lineno or 1}: {exc.msg}), and the project targets {python_version_label(target)}, "
+        f"whose newer syntax this may be; run hooklint on {python_version_label(target)} or later to check it"),
+        NoticeLevel.SKIP)
+
+
 def check_text(
     path: str,
     text: str,
@@ -129,42 +191,177 @@ def check_text(
     ignored: frozenset[str] = frozenset(),
     graph: Any = None,
     prefilter: bool = True,
+    target: tuple[int, int] | None = None,
+    notebook: Notebook | None = None,
+    on_disk: bool = True,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
+    """Check one text.  ``target``: the Python version whose syntax is valid
+    (None: the running Python's).  ``notebook``: set when ``text`` is a
+    notebook's Python text (:mod:`hooklint.static.notebook`); findings are then
+    placed in cells.  ``on_disk``: False when the file at ``path`` may not hold
+    this text (stdin)."""
     display = display_path or path
+    # Given a file name, CPython reads that file back to place some syntax
+    # errors: a notebook's file is JSON, and stdin's named file is not the text.
+    parse_name = display if on_disk and notebook is None else "<unknown>"
     result = FileResult(display)
     active = frozenset(codes - ignored)
     if not active:
         return result
+    if notebook is not None and notebook.skip_reason:
+        result.notices.append(Notice(display, notebook.skip_reason, NoticeLevel.SKIP))
+        return result
     if prefilter and graph is None and not may_contain_findings(text, active):
         return result
+    # After the prefilter: a file it rules out has no finding for a `# noqa` to
+    # silence, and scanning every file's text again cost a third of the run.
+    result.notices.extend(_unknown_noqa_notices(display, text, notebook))
     if len(text) > MAX_PARSED_CHARS:
         result.notices.append(Notice(display, f"the file has {len(text) / 2 ** 20:.1f} M characters, more than the "
                                      f"{MAX_PARSED_CHARS // 2 ** 20} M hooklint parses (generated code?); not checked",
                                      NoticeLevel.SKIP))
         return result
-    try:
-        with warnings.catch_warnings():
-            # invalid escape sequences etc. in user code are not our business
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text, filename=display)
-    except SyntaxError as exc:
-        if "HKL001" in active:
-            row = exc.lineno or 1
-            col = exc.offset or 1
-            result.findings.append(_syntax_finding(display, f"SyntaxError: {exc.msg}", row, col))
+    parsed = _parse(text, display, parse_name, target, notebook, active, result)
+    if parsed is None:
         return result
-    except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, absurd nesting
-        if "HKL001" in active:
-            result.findings.append(_syntax_finding(display, f"cannot parse: {exc}", 1, 1))
-        return result
+    tree, text, syntax_findings = parsed
     result.parsed = True
-    ctx = FileContext(path, text, tree, display_path=display, graph=graph)
+    ctx = FileContext(path, text, tree, display_path=display, graph=graph, project_answers=project_answers)
     try:
         findings = _run_rules(ctx, active, result)
+        if summarize:
+            result.summary = _summary_of(ctx, result)
+        if "project" in ctx.__dict__:
+            result.asked = ctx.project.asked
     finally:
         ctx.close()
-    result.findings = apply_noqa(text, findings)
+    result.findings = _placed(apply_noqa(text, findings), notebook, display) + syntax_findings
     return result
+
+
+def _parse(text: str, display: str, parse_name: str, target: tuple[int, int] | None, notebook: Notebook | None,
+           active: frozenset[str], result: FileResult) -> tuple[ast.Module, str, list[Finding]] | None:
+    """(tree, the text it is of, HKL001 findings of broken notebook cells), or
+    None when nothing more can be checked (the findings and notices are then in
+    ``result``)."""
+    syntax_findings: list[Finding] = []
+    for attempt in (1, 2):
+        try:
+            return parse_for_target(text, parse_name, target), text, syntax_findings
+        except _NewerSyntax as newer:
+            if notebook is None or attempt == 2:
+                result.notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0)))
+                break
+        except SyntaxError as exc:
+            if notebook is None or attempt == 2:
+                if "HKL001" in active:
+                    result.findings.append(_syntax_finding(display, f"SyntaxError: {exc.msg}", exc.lineno or 1,
+                                                           exc.offset or 1))
+                break
+        except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, absurd nesting
+            if notebook is None or attempt == 2:
+                if "HKL001" in active:
+                    result.findings.append(_syntax_finding(display, f"cannot parse: {exc}", 1, 1))
+                break
+        assert notebook is not None
+        text, syntax_findings, skipped = _drop_broken_cells(text, notebook, display, target, active)
+        result.notices.extend(skipped)
+    result.findings = _placed(result.findings, notebook, display) + syntax_findings
+    return None
+
+
+def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) -> list[Notice]:
+    out = []
+    for row, code in unknown_noqa_codes(text, _known_codes()):
+        if notebook is not None:
+            cell, row, _col = notebook.to_cell(row, 1)
+            where = f"cell {cell}, line {row}"
+        else:
+            where = f"line {row}"
+        out.append(Notice(display, f"{where}: `# noqa` names {code}, which is not a hooklint rule (`hooklint rule "
+                                   f"--all` lists them), so it suppresses nothing", NoticeLevel.WARNING,
+                          once_key=f"unknown-noqa-code:{code}"))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _known_codes() -> frozenset[str]:
+    return frozenset(rule.code for rule in all_rules())
+
+
+def _drop_broken_cells(text: str, notebook: Notebook, display: str, target: tuple[int, int] | None,
+                       active: frozenset[str]) -> tuple[str, list[Finding], list[Notice]]:
+    """Jupyter compiles each cell on its own: a cell with a syntax error fails
+    alone and the others still run.  When the joined text does not parse, each
+    cell that does not parse alone is reported (HKL001, placed in its cell) and
+    blanked, so that the rest of the notebook is still checked."""
+    lines = text.split("\n")
+    findings: list[Finding] = []
+    notices: list[Notice] = []
+    for cell in notebook.cells:
+        if not cell.lines:
+            continue
+        cell_text = "".join(line + "\n" for line in cell.lines)
+        try:
+            parse_for_target(cell_text, "<unknown>", target)
+            continue
+        except _NewerSyntax as newer:
+            notices.append(_newer_syntax_notice(display, newer.error, target or (0, 0), cell.number))
+        except SyntaxError as exc:
+            if "HKL001" in active:
+                row = min(max(exc.lineno or 1, 1), len(cell.lines))
+                col = exc.offset or 1 if (exc.lineno or 1) <= len(cell.lines) else len(cell.lines[-1]) + 1
+                findings.append(replace(_syntax_finding(display, f"SyntaxError: {exc.msg}", row, col),
+                                        cell=cell.number))
+        except (ValueError, MemoryError, RecursionError) as exc:
+            if "HKL001" in active:
+                findings.append(replace(_syntax_finding(display, f"cannot parse: {exc}", 1, 1), cell=cell.number))
+        for i in range(len(cell.lines)):
+            lines[cell.first_row - 1 + i] = ""
+    return "\n".join(lines), findings, notices
+
+
+def _placed(findings: list[Finding], notebook: Notebook | None, display: str) -> list[Finding]:
+    """Findings on a notebook's Python text -> findings placed in its cells."""
+    if notebook is None:
+        return findings
+    return [place_in_cell(f, notebook, display) for f in findings]
+
+
+def place_in_cell(f: Finding, notebook: Notebook, display: str) -> Finding:
+    if f.cell is not None:
+        return f
+    cell, row, col = notebook.to_cell(f.location.row, f.location.column)
+    end_cell, end_row, end_col = notebook.to_cell(f.end_location.row, f.end_location.column)
+    end = Location(end_row, end_col) if end_cell == cell else Location(row, col)
+    fix = f.fix
+    if fix is not None and fix.edits:
+        edits = []
+        for edit in fix.edits:
+            a = notebook.to_cell(edit.location.row, edit.location.column)
+            b = notebook.to_cell(edit.end_location.row, edit.end_location.column)
+            if a[0] != cell or b[0] != cell:
+                # a notebook's cells are separate sources: a fix that crosses
+                # cells is shown, never applied
+                fix = replace(fix, edits=(), applicability=Applicability.DISPLAY_ONLY)
+                break
+            edits.append(replace(edit, location=Location(a[1], a[2]), end_location=Location(b[1], b[2])))
+        else:
+            fix = replace(fix, edits=tuple(edits))
+    if fix is not None:
+        fix = replace(fix, message=notebook.describe_rows(fix.message))
+    related = tuple(_place_related(r, notebook, display) for r in f.related)
+    return replace(f, cell=cell, location=Location(row, col), end_location=end, fix=fix, related=related,
+                   message=notebook.describe_rows(f.message), help=notebook.describe_rows(f.help))
+
+
+def _place_related(r: Related, notebook: Notebook, display: str) -> Related:
+    if r.path != display or r.cell is not None:
+        return r
+    cell, row, col = notebook.to_cell(r.location.row, r.location.column)
+    return replace(r, cell=cell, location=Location(row, col), message=notebook.describe_rows(r.message))
 
 
 def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> list[Finding]:
@@ -185,11 +382,40 @@ def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> 
     return findings
 
 
+def _summary_of(ctx: FileContext, result: FileResult) -> dict[str, Any] | None:
+    try:
+        return ctx.summary
+    except RecursionError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the file's findings stand without it
+        if os.environ.get("HOOKLINT_STRICT"):
+            raise
+        result.notices.append(Notice(ctx.display_path, f"internal error in the call-graph summary "
+                                     f"({type(exc).__name__}: {exc}); please report it", NoticeLevel.ERROR))
+        return None
+
+
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:
     if not findings:
         return findings
     noqa = parse_noqa(text)
     return [f for f in findings if not noqa.suppresses(f.code, f.location.row)]
+
+
+def read_checkable(path: str, data: bytes | None = None) -> tuple[str, Notebook | None]:
+    """The Python text of a file (and, for a notebook, its cell map); reads the
+    file unless ``data`` is given.  Raises SourceError."""
+    if data is None:
+        data = read_regular_file(path)[0]
+    if is_notebook(path):
+        try:
+            raw = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise SourceError("decode", f"not a valid notebook: not utf-8 text (byte {data[exc.start]:#04x})") \
+                from None
+        notebook = read_notebook(raw)
+        return notebook.text, notebook
+    return decode_source(data), None
 
 
 def check_file(
@@ -200,18 +426,31 @@ def check_file(
     ignored: frozenset[str] = frozenset(),
     graph: Any = None,
     prefilter: bool = True,
+    target: tuple[int, int] | None = None,
+    data: bytes | None = None,
+    project_answers: dict[str, Any] | None = None,
+    summarize: bool = False,
 ) -> FileResult:
+    """Check a file (a Jupyter notebook when its name ends in ``.ipynb``);
+    ``data``: its bytes when already read."""
     display = display_path or path
     try:
-        text = read_source(path)
+        text, notebook = read_checkable(path, data)
     except SourceError as err:
-        result = FileResult(display)
-        code = "HKL002" if err.kind == "io" else "HKL001"
-        if code in codes and code not in ignored:
-            from hooklint.rules.syntax import IoErrorRule, SyntaxErrorRule
+        return source_error_result(display, err, codes, ignored)
+    return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
+                      target=target, notebook=notebook, on_disk=data is None, project_answers=project_answers,
+                      summarize=summarize)
 
-            rule = IoErrorRule if code == "HKL002" else SyntaxErrorRule
-            result.findings.append(rule.make(path=display, location=Location(err.row, err.column),
-                                             message=err.message))
-        return result
-    return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter)
+
+def source_error_result(display: str, err: SourceError, codes: frozenset[str],
+                        ignored: frozenset[str] = frozenset()) -> FileResult:
+    """HKL002 (cannot read) or HKL001 (cannot decode, not a notebook) for a file."""
+    result = FileResult(display)
+    code = "HKL002" if err.kind == "io" else "HKL001"
+    if code in codes and code not in ignored:
+        from hooklint.rules.syntax import IoErrorRule, SyntaxErrorRule
+
+        rule = IoErrorRule if code == "HKL002" else SyntaxErrorRule
+        result.findings.append(rule.make(path=display, location=Location(err.row, err.column), message=err.message))
+    return result

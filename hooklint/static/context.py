@@ -7,7 +7,9 @@ from functools import cached_property
 from typing import Any
 
 from hooklint.findings import Location
+from hooklint.static.callgraph import Summarizer, module_name
 from hooklint.static.hooks import HookIndex
+from hooklint.static.project import ProjectIndex, ProjectView
 from hooklint.static.semantic import SemanticModel
 from hooklint.static.source import LineIndex
 from hooklint.static.values import Inference
@@ -15,7 +17,7 @@ from hooklint.static.values import Inference
 
 class FileContext:
     def __init__(self, path: str, text: str, tree: ast.Module, *, display_path: str | None = None,
-                 graph: Any = None):
+                 graph: Any = None, project_answers: dict[str, Any] | None = None):
         self.path = path
         self.display_path = display_path or path
         self.text = text
@@ -24,6 +26,9 @@ class FileContext:
         # Facts from the model-graph layer (hooklint.graph), when it ran for this
         # file; None in a static-only run.  Rules must work without them.
         self.graph = graph
+        # Answers about the other checked files (hooklint.static.project), computed
+        # by the project pass; without them the file is analysed on its own.
+        self._project_answers = project_answers
 
     @cached_property
     def model(self) -> SemanticModel:
@@ -36,6 +41,31 @@ class FileContext:
     @cached_property
     def hooks(self) -> HookIndex:
         return HookIndex(self.model, self.inference)
+
+    @cached_property
+    def module(self) -> str:
+        """The dotted name Python imports this file as."""
+        return module_name(self.path)
+
+    @cached_property
+    def summarizer(self) -> Summarizer:
+        return Summarizer(self.model, self.inference, self.path, self.display_path, self.module)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """This file's part of the project's call graph (hooklint.static.callgraph)."""
+        return self.summarizer.summary()
+
+    @cached_property
+    def project(self) -> ProjectView:
+        """Questions about the checked files as a whole; records what was asked."""
+        return ProjectView(
+            lambda: ProjectIndex([self.summary], facts=lambda _summary, site: self.summarizer.site_facts(site[3], site[4], site[6])),
+            self._project_answers)
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """``pkg.mod.Cls.method`` for a def or class of this file (None for lambdas)."""
+        return self.summarizer.qualname(node)
 
     def close(self) -> None:
         """Free the analysis promptly (see SemanticModel.release)."""

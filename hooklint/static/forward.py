@@ -30,6 +30,12 @@ LEGACY_SAFE_BUILTINS = frozenset(
         "Hardswish", "Hardsigmoid", "LogSigmoid", "Softmax", "LogSoftmax",
         "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
         "MaxPool2d", "MaxPool3d", "AvgPool2d", "AvgPool3d",
+        # normalisation, adaptive pooling and a few more single-node layers that
+        # library code narrows modules to (pruning, LRP, attribution)
+        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
+        "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool2d",
+        "Hardtanh", "SELU", "CELU", "Threshold", "Upsample", "UpsamplingBilinear2d", "UpsamplingNearest2d",
+        "ZeroPad2d",
     }
 )
 
@@ -89,6 +95,20 @@ def is_legacy_safe_builtin(value: ModuleValue) -> bool:
     return bool(name in LEGACY_SAFE_BUILTINS and not inplace_modules(value.call))
 
 
+SAFE = "safe"  # grad_input starts with the gradient of the module's input
+WRONG = "wrong"  # grad_input belongs to another op than the module: shown by the source
+UNKNOWN = "unknown"  # the module's forward cannot be seen
+
+
+@dataclass(frozen=True)
+class LegacyVerdict:
+    """What a legacy backward hook's ``grad_input`` is on a module, statically."""
+
+    verdict: str
+    op: OpSite | None = None
+    class_name: str | None = None  # the class the verdict is about (one of a narrowing's)
+
+
 class ForwardAnalysis:
     def __init__(self, model: SemanticModel, inference: Inference):
         self.model = model
@@ -146,6 +166,71 @@ class ForwardAnalysis:
             if isinstance(expr.func, ast.Attribute):
                 return OpSite(f"`{ast.unparse(expr)}` ({expr.func.attr})", class_name, expr)
         return None
+
+    def legacy_verdict(self, value: ModuleValue | None) -> LegacyVerdict:
+        """SAFE, WRONG (with the op when known) or UNKNOWN for a legacy hook's
+        ``grad_input`` on ``value``.  Only what the source proves: a built-in
+        layer of the tables (tests/behaviour/test_static_tables.py), a local
+        class whose forward is visible, or an isinstance/type narrowing."""
+        if value is None:
+            return LegacyVerdict(UNKNOWN)
+        if value.torch_class and value.local_class is None:
+            name = value.class_name
+            if is_legacy_safe_builtin(value):
+                return LegacyVerdict(SAFE, class_name=name)
+            if name in LEGACY_SAFE_BUILTINS:  # in-place: the input itself is rewritten
+                return LegacyVerdict(UNKNOWN, class_name=name)
+            op = self.last_op(value)
+            if op is not None:
+                return LegacyVerdict(WRONG, op, name)
+            return LegacyVerdict(UNKNOWN, class_name=name)
+        if value.local_class is not None:
+            return self._local_verdict(value)
+        narrowing = value.narrowing
+        if narrowing is not None:
+            if not narrowing.local and all(n in LEGACY_SAFE_BUILTINS for n in narrowing.names):
+                return LegacyVerdict(SAFE, class_name=" or ".join(narrowing.names))
+            if narrowing.by_name:
+                return LegacyVerdict(UNKNOWN)
+            for qual in narrowing.classes:
+                name = qual.rsplit(".", 1)[-1]
+                if name in LEGACY_BUILTIN_BINDING:
+                    op = self.last_op(ModuleValue(torch_class=qual))
+                    return LegacyVerdict(WRONG, op, name)
+            for info in narrowing.local:
+                verdict = self._local_verdict(ModuleValue(local_class=info))
+                if verdict.verdict == WRONG:
+                    return verdict
+        return LegacyVerdict(UNKNOWN)
+
+    def _local_verdict(self, value: ModuleValue) -> LegacyVerdict:
+        info = value.local_class
+        assert info is not None
+        forward = self.forward_of(info)
+        if forward is None:
+            # `class MyConv(nn.Conv2d)` without its own forward runs Conv2d's
+            for qual in info.bases:
+                if qual and qual.rsplit(".", 1)[-1] in LEGACY_SAFE_BUILTINS:
+                    return LegacyVerdict(SAFE, class_name=info.name)
+            return LegacyVerdict(UNKNOWN, class_name=info.name)
+        if self._single_safe_call(forward):
+            return LegacyVerdict(SAFE, class_name=info.name)
+        op = self.last_op(value)
+        if op is None and self.op_count_hint(info) == 1:
+            return LegacyVerdict(UNKNOWN, class_name=info.name)
+        return LegacyVerdict(WRONG, op, info.name)
+
+    def _single_safe_call(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        """``return self.conv(x)``: one single-op built-in layer applied to the input."""
+        params = [a.arg for a in forward.args.args][1:]
+        if len(forward.body) != 1 or not isinstance(forward.body[0], ast.Return) or not params:
+            return False
+        value = forward.body[0].value
+        if not (isinstance(value, ast.Call) and len(value.args) == 1 and isinstance(value.args[0], ast.Name)
+                and value.args[0].id == params[0]):
+            return False
+        callee = self.inference.infer(value.func)
+        return isinstance(callee, ModuleValue) and callee.torch_class is not None and is_legacy_safe_builtin(callee)
 
     def op_count_hint(self, info: ClassInfo) -> int | None:
         """How many op-like expressions ``forward`` contains (calls and arithmetic);

@@ -12,11 +12,13 @@ which parameter is ``grad_input`` and which is ``grad_output``.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import enum
 from dataclasses import dataclass
 from functools import cached_property
 
-from hooklint.static.semantic import SemanticModel
+from hooklint.static.semantic import FunctionNode, SemanticModel
+from hooklint.static.travel import EMPTY, Env, Resolver
 from hooklint.static.values import (
     CallableValue,
     ClassValue,
@@ -90,10 +92,24 @@ _NODE_ATTRIBUTES = ("grad_fn", "grad_accumulator")
 
 # Trigger words: a file without any of these cannot contain a registration.
 REGISTRATION_TRIGGERS = tuple(METHOD_KINDS) + tuple(GLOBAL_KINDS)
+# How a registration API's name is spelled when it is built from parts:
+# f"register_{kind}_hook", "register_{}_hook".format(...), "register_%s_hook" % kind,
+# "register_" + kind + "_hook".  Each contains "_hook", the prefilter's anchor.
+DYNAMIC_NAME_TRIGGERS = ("}_hook", "%s_hook", '"_hook"', "'_hook'")
 
 
 @dataclass(eq=False)
 class Registration:
+    """One registration, as the code at ``call`` makes it.
+
+    A registration reached through a helper's parameters, a loop over a dict
+    of handlers or ``getattr(m, "register_...")`` is seen once per way it can
+    run (:attr:`HookIndex.instances`): ``env`` is then the environment its
+    hook and receiver were resolved in, ``via`` the calls that led there
+    (innermost first) and ``receiver_origin`` the expression at the call site
+    that the receiver stands for (``net.layer4`` for a helper's ``module``).
+    """
+
     call: ast.Call
     kind: HookKind
     receiver: ast.expr | None  # None for the global registration functions
@@ -102,16 +118,34 @@ class Registration:
     hook: CallableValue | None
     is_global: bool = False
     with_kwargs: bool = False
+    method: str = ""  # the API's name when the call does not spell it (`getattr(m, name)(fn)`)
+    name_at: ast.AST | None = None  # where the API is named, when not `call.func`
+    env: Env | None = None
+    via: tuple[ast.Call, ...] = ()
+    receiver_origin: ast.AST | None = None
+    hook_origin: ast.AST | None = None
 
     @property
     def method_name(self) -> str:
+        if self.method:
+            return self.method
         func = self.call.func
         return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
     @property
     def name_node(self) -> ast.AST:
         """The node naming the API (for precise finding locations)."""
-        return self.call.func
+        return self.name_at if self.name_at is not None else self.call.func
+
+    @property
+    def traveled(self) -> bool:
+        """Was the hook or the receiver found at a call site, not at the registration?"""
+        return bool(self.via)
+
+    @property
+    def site_call(self) -> ast.Call | None:
+        """The outermost call site that chose the hook or the module."""
+        return self.via[-1] if self.via else None
 
     def param(self, role: str) -> str | None:
         """The hook's parameter name that receives ``role`` (``grad_input``...)."""
@@ -132,32 +166,60 @@ class Registration:
     def receiver_text(self) -> str:
         if self.receiver is None:
             return "every module (global hook)"
+        if self.receiver_origin is not None:
+            return src(self.receiver_origin)
         return src(self.receiver)
 
     def describe_target(self) -> str:
         mod = self.receiver_module
         text = self.receiver_text
         if mod is not None and mod.applied_from is not None:
-            return f"every submodule of `{src(mod.applied_from)}` (via `.apply`)"
-        if mod is not None and mod.class_name:
-            return f"`{text}` ({mod.class_name})"
-        return f"`{text}`"
+            target = f"every submodule of `{src(mod.applied_from)}` (via `.apply`)"
+        elif mod is not None and mod.class_name:
+            target = f"`{text}` ({mod.class_name})"
+        elif mod is not None and mod.narrowing is not None:
+            target = f"`{text}` ({' or '.join(mod.narrowing.names)})"
+        elif mod is not None and self.receiver_origin is None and mod.description.startswith("each "):
+            target = f"`{text}` ({mod.description})"
+        else:
+            target = f"`{text}`"
+        return target + self.via_text()
+
+    def via_text(self) -> str:
+        """`` (through `add_hook(...)` at line 12)`` for a registration reached through calls."""
+        if not self.via:
+            return ""
+        calls = [f"`{_call_head(c)}` at line {c.lineno}" for c in reversed(self.via)]
+        return " (through " + ", then ".join(calls) + ")"
 
 
 class HookIndex:
-    """All registrations in a file; built lazily, shared by rules."""
+    """All registrations in a file; built lazily, shared by rules.
+
+    :attr:`registrations` has one entry per registering call, resolved where
+    it is written (what the lifetime rules reason about: one call, one
+    handle).  :attr:`instances` has one entry per way that call can run: per
+    call site of the helper it is in, per item of the dict of handlers it
+    loops over, per name a ``getattr`` can be given (what the rules that look
+    at the hook body or the module use).  Registrations in compatibility
+    fallbacks that never run on torch >= 1.8 are in neither (see
+    :mod:`hooklint.static.fallbacks`); :attr:`dead` keeps them with the reason.
+    """
 
     def __init__(self, model: SemanticModel, inference: Inference):
         self.model = model
         self.inference = inference
+        self.resolver = Resolver(model, inference)
+        self.dead: list[tuple[Registration, str]] = []
 
     @cached_property
-    def registrations(self) -> list[Registration]:
-        out: list[Registration] = []
+    def _all(self) -> list[tuple[Registration, list[Registration]]]:
+        """Every registering call: its registration as written, and its instances."""
+        groups: list[tuple[Registration, list[Registration]]] = []
         for call in self.model.calls_of_method(*METHOD_KINDS):
             reg = self._method_registration(call)
             if reg is not None:
-                out.append(reg)
+                groups.append((reg, self._expand(reg)))
         candidates = [c for name in GLOBAL_KINDS for c in self.model.method_calls.get(name, [])]
         # bare names, possibly imported under an alias
         candidates += [c for calls in self.model.name_calls.values() for c in calls]
@@ -170,11 +232,192 @@ class HookIndex:
             if kind is None or not any(qual == p + name for p in _GLOBAL_PREFIXES):
                 continue
             hook_expr = _hook_arg(call)
-            out.append(Registration(call, kind, None, None, hook_expr,
-                                    self.inference.callable_of(hook_expr) if hook_expr else None,
-                                    is_global=True))
-        out.sort(key=lambda r: (r.call.lineno, r.call.col_offset))
+            reg = Registration(call, kind, None, None, hook_expr,
+                               self.inference.callable_of(hook_expr) if hook_expr else None, is_global=True)
+            groups.append((reg, self._expand(reg)))
+        # a name-chosen API has no registration as written: its first way stands for it
+        groups += [(group[0], group) for group in self._dynamic_registrations()]
+        live: list[tuple[Registration, list[Registration]]] = []
+        for base, group in groups:
+            if not group:
+                continue
+            reason = self.resolver.dead(base.call)
+            if reason is None:
+                reason = self._only_called_dead(base.call)
+            if reason is not None:
+                self.dead.append((base, reason))
+                continue
+            live.append((base, group))
+        live.sort(key=lambda g: (g[0].call.lineno, g[0].call.col_offset))
+        return live
+
+    @cached_property
+    def registrations(self) -> list[Registration]:
+        """One per registering call, as written (what the lifetime rules reason about)."""
+        return [base for base, _group in self._all]
+
+    @cached_property
+    def instances(self) -> list[Registration]:
+        return [reg for _base, group in self._all for reg in group]
+
+    def instances_by_kind(self, *kinds: HookKind) -> list[Registration]:
+        return [r for r in self.instances if r.kind in kinds]
+
+    def instances_of(self, call: ast.Call) -> list[Registration]:
+        for base, group in self._all:
+            if base.call is call:
+                return group
+        return []
+
+    # -- following hooks through calls, loops and getattr ----------------------
+    def _expand(self, reg: Registration) -> list[Registration]:
+        """The registration, or one instance per environment it runs in when
+        its hook or its module comes from a call site or a loop item."""
+        if reg.hook is not None and (reg.is_global or _known(reg.receiver_value)):
+            return [reg]
+        exprs = [reg.hook_expr, reg.receiver]
+        envs = self.resolver.envs_at(reg.call, exprs)
+        if not envs:
+            return [reg]  # only called from dead fallbacks: _only_called_dead says so
+        if envs == [EMPTY]:
+            # no call site or loop: still, `hooks["backward"]` or a decided conditional may be resolved
+            instance = self._instance(reg, EMPTY, reg.kind, reg.receiver)
+            return [instance] if instance.hook is not None and reg.hook is None else [reg]
+        out: list[Registration] = []
+        seen: set[tuple] = set()
+        for env in envs:
+            instance = self._instance(reg, env, reg.kind, reg.receiver)
+            key = _key(instance)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(instance)
+        if not any(_adds_to(reg, r) for r in out):
+            return [reg]  # the call sites say nothing more than the registration
         return out
+
+    def _instance(self, reg: Registration, env: Env, kind: HookKind, receiver: ast.expr | None) -> Registration:
+        resolver = self.resolver
+        hook = resolver.callable(reg.hook_expr, env) if reg.hook_expr is not None else None
+        value = resolver.value(receiver, env) if receiver is not None else None
+        if kind.is_module and isinstance(value, TensorValue):
+            value = None
+        hook_origin = resolver.origin(reg.hook_expr, env) if reg.hook_expr is not None else None
+        if hook is not None and hook_origin is not None and hook.via == "":
+            # handed over as an argument: the helper may use it otherwise too (fixes stay unsafe)
+            hook = dataclasses.replace(hook, via="argument")
+        return Registration(
+            reg.call, kind, receiver, value, reg.hook_expr, hook, is_global=reg.is_global,
+            with_kwargs=reg.with_kwargs, method=reg.method, name_at=reg.name_at, env=env,
+            via=tuple(site.call for site in env.sites),
+            receiver_origin=resolver.origin(receiver, env),
+            hook_origin=hook_origin,
+        )
+
+    def _only_called_dead(self, call: ast.Call) -> str | None:
+        """A registration in a private helper whose every call in this file is a dead fallback."""
+        func = self.model.enclosing_function(call)
+        if not isinstance(func, FunctionNode) or not func.name.startswith("_") or func.name.startswith("__"):
+            return None
+        sites = self.resolver.sites_of(func)
+        if not sites:
+            return None
+        reasons = [self.resolver.dead(site.call) for site in sites]
+        if all(reasons):
+            return f"`{func.name}` is only called from fallbacks that never run ({reasons[0]})"
+        return None
+
+    def _dynamic_registrations(self) -> list[list[Registration]]:
+        """``getattr(m, "register_backward_hook")(fn)``, ``register = m.register_backward_hook;
+        register(fn)``, ``getattr(m, f"register_{kind}_hook")(fn)`` in a loop over names."""
+        found: list[tuple[ast.Call, ast.expr]] = []
+        for getattr_call in self.model.name_calls.get("getattr", ()):
+            parent = getattr(getattr_call, "_hl_parent", None)
+            if isinstance(parent, ast.Call) and parent.func is getattr_call:
+                found.append((parent, getattr_call))
+        for name, binding_value in self._register_aliases():
+            for call in self.model.name_calls.get(name, ()):
+                bindings = self.model.bindings_at(call.func)  # type: ignore[arg-type]
+                if len(bindings) == 1 and bindings[0].value is binding_value:
+                    found.append((call, binding_value))
+        groups = []
+        for call, callee in found:
+            group = self._dynamic_group(call, callee)
+            if group:
+                groups.append(group)
+        return groups
+
+    def _register_aliases(self) -> list[tuple[str, ast.expr]]:
+        """Names assigned a registration API without calling it."""
+        out = []
+        for scope in self.model.scopes.values():
+            for name, bindings in scope.bindings.items():
+                if name not in self.model.name_calls:
+                    continue
+                for b in bindings:
+                    if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr) \
+                            and _may_name_register_api(b.value):
+                        out.append((name, b.value))
+        return out
+
+    def _dynamic_group(self, call: ast.Call, callee: ast.expr) -> list[Registration]:
+        hook_expr = _hook_arg(call)
+        envs = self.resolver.envs_at(call, [callee, hook_expr])
+        out: list[Registration] = []
+        seen: set[tuple] = set()
+        for env in envs or [EMPTY]:
+            for receiver, method, named_at in self._callee_alternatives(callee, env):
+                kind = METHOD_KINDS[method]
+                base = Registration(call, kind, receiver, None, hook_expr, None, method=method,
+                                    name_at=named_at, with_kwargs=_with_kwargs(call))
+                instance = self._instance(base, env, kind, receiver)
+                if not self._reaches_torch_api(receiver, instance.receiver_value, method):
+                    continue
+                if kind is HookKind.TENSOR and isinstance(instance.receiver_value, ModuleValue):
+                    continue
+                key = _key(instance)
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(instance)
+        return out
+
+    def _callee_alternatives(self, callee: ast.expr, env: Env, depth: int = 0) -> list[tuple[ast.expr, str, ast.AST]]:
+        """(receiver, API name, where it is named) for each registration API ``callee`` can be."""
+        if depth > 4:
+            return []
+        if isinstance(callee, ast.Attribute) and callee.attr in METHOD_KINDS:
+            return [(callee.value, callee.attr, callee)]
+        if isinstance(callee, ast.Call) and isinstance(callee.func, ast.Name) and callee.func.id == "getattr" \
+                and len(callee.args) >= 2:
+            names = self.resolver.strings(callee.args[1], env)
+            if not names:
+                return []
+            at = callee.args[1]
+            return [(callee.args[0], n, at) for n in names if n in METHOD_KINDS]
+        if isinstance(callee, ast.IfExp):
+            from hooklint.static.fallbacks import decide
+
+            decided = decide(self.model, callee.test)
+            if decided is not None:
+                return self._callee_alternatives(callee.body if decided else callee.orelse, env, depth + 1)
+            return self._callee_alternatives(callee.body, env, depth + 1) + \
+                self._callee_alternatives(callee.orelse, env, depth + 1)
+        if isinstance(callee, ast.BoolOp) and isinstance(callee.op, ast.Or):
+            # `getattr(m, "register_full_backward_hook", None) or m.register_backward_hook`: the
+            # first that is there; a registration API found by name is always there on torch >= 1.8
+            out: list[tuple[ast.expr, str, ast.AST]] = []
+            for value in callee.values:
+                found = self._callee_alternatives(value, env, depth + 1)
+                out += found
+                if found and (isinstance(value, ast.Attribute) or isinstance(value, ast.Call)):
+                    break
+            return out
+        if isinstance(callee, (ast.Name, ast.Subscript)):
+            resolved, where = self.resolver.resolve_expr(callee, env)
+            if resolved is not callee and isinstance(resolved, ast.expr):
+                return self._callee_alternatives(resolved, where, depth + 1)
+        return []
 
     def _method_registration(self, call: ast.Call) -> Registration | None:
         func = call.func
@@ -195,11 +438,7 @@ class HookIndex:
             return None
         hook_expr = _hook_arg(call)
         hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
-        with_kwargs = any(
-            k.arg == "with_kwargs" and isinstance(k.value, ast.Constant) and k.value.value is True
-            for k in call.keywords
-        )
-        return Registration(call, kind, receiver, value, hook_expr, hook, with_kwargs=with_kwargs)
+        return Registration(call, kind, receiver, value, hook_expr, hook, with_kwargs=_with_kwargs(call))
 
     def _is_autograd_node(self, receiver: ast.expr, depth: int = 0) -> bool:
         """``y.grad_fn``, ``fn.next_functions[0][0]``, or a name holding one
@@ -243,10 +482,62 @@ class HookIndex:
         return True
 
     def by_kind(self, *kinds: HookKind) -> list[Registration]:
+        """Registrations (one per call) of these kinds; see :meth:`instances_by_kind`."""
         return [r for r in self.registrations if r.kind in kinds]
 
     def for_hook_function(self, node: ast.AST) -> list[Registration]:
         return [r for r in self.registrations if r.hook is not None and r.hook.node is node]
+
+
+def _with_kwargs(call: ast.Call) -> bool:
+    return any(k.arg == "with_kwargs" and isinstance(k.value, ast.Constant) and k.value.value is True
+               for k in call.keywords)
+
+
+def _known(value: Value) -> bool:
+    """A receiver whose class (or tensor-ness) is known: call sites cannot add to it."""
+    if isinstance(value, ModuleValue):
+        return value.torch_class is not None or value.local_class is not None
+    return isinstance(value, TensorValue)
+
+
+def _adds_to(base: Registration, instance: Registration) -> bool:
+    """Does the instance know the hook or the module where the registration alone does not?"""
+    if base.hook is None and instance.hook is not None:
+        return True
+    if _known(base.receiver_value):
+        return False
+    value = instance.receiver_value
+    if _known(value):
+        return True
+    return isinstance(value, ModuleValue) and not isinstance(base.receiver_value, ModuleValue)
+
+
+def _key(reg: Registration) -> tuple:
+    hook = reg.hook
+    value = reg.receiver_value
+    module = (value.torch_class, id(value.local_class), value.narrowing.names if value.narrowing else None,
+              id(value.applied_from)) if isinstance(value, ModuleValue) else type(value).__name__
+    return (reg.kind, id(hook.node) if hook else None, hook.bound if hook else None, module,
+            id(reg.receiver_origin), reg.via)
+
+
+def _may_name_register_api(value: ast.expr) -> bool:
+    """``m.register_backward_hook``, ``getattr(m, ...)``, or a conditional choosing between them."""
+    if isinstance(value, ast.Attribute):
+        return value.attr in METHOD_KINDS
+    if isinstance(value, ast.Call):
+        return isinstance(value.func, ast.Name) and value.func.id == "getattr" and len(value.args) >= 2
+    if isinstance(value, ast.IfExp):
+        return _may_name_register_api(value.body) or _may_name_register_api(value.orelse)
+    if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+        return any(_may_name_register_api(v) for v in value.values)
+    return False
+
+
+def _call_head(call: ast.Call) -> str:
+    """``add_hook(...)``, ``GradCAM(...)``."""
+    return src(call.func) + "(...)"
 
 
 def _hook_arg(call: ast.Call) -> ast.expr | None:

@@ -66,3 +66,107 @@ def _comments(text: str):
             index = line.find("#")
             if index >= 0 and "noqa" in line[index:].lower():
                 yield row, line[index:]
+
+
+_CODES_IN_NOQA = re.compile(r"#\s*(?:hooklint\s*:\s*)?noqa\s*:\s*(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*)",
+                            re.I)
+
+
+def unknown_noqa_codes(text: str, known: frozenset[str]) -> list[tuple[int, str]]:
+    """(row, code) of each HKL code named in a ``# noqa`` comment that is not a
+    rule: a typo there silently suppresses nothing.  Other tools' codes (E501)
+    are theirs.  Fast on the files that name no HKL code at all."""
+    if "HKL" not in text and "hkl" not in text:
+        return []
+    if not any(_has_unknown(m.group("codes"), known) for m in _CODES_IN_NOQA.finditer(text)):
+        return []
+    out = []
+    for row, comment in _comments(text):  # only real comments count, not strings
+        for match in _CODES_IN_NOQA.finditer(comment):
+            for code in _CODE_RE.findall(match.group("codes")):
+                code = code.upper()
+                if code.startswith("HKL") and code not in known:
+                    out.append((row, code))
+    return out
+
+
+def _has_unknown(codes: str, known: frozenset[str]) -> bool:
+    return any(c.upper().startswith("HKL") and c.upper() not in known for c in _CODE_RE.findall(codes))
+
+
+# ---------------------------------------------------------------- --add-noqa
+
+
+def add_noqa_comments(text: str, codes_by_row: dict[int, set[str]]) -> tuple[str, int, list[int]]:
+    """Append ``# noqa: CODES`` to the given rows (merged into a ``# noqa``
+    comment already there, keeping other tools' codes).  Returns the new text,
+    how many rows got a comment, and the rows where a comment cannot go (the
+    line ends inside a string, or continues with a backslash)."""
+    comments, blocked = _comment_layout(text)
+    lines = _split_keepends(text)
+    added = 0
+    impossible: list[int] = []
+    for row in sorted(codes_by_row):
+        if not 1 <= row <= len(lines) or row in blocked:
+            impossible.append(row)
+            continue
+        line = lines[row - 1]
+        body = line.rstrip("\r\n")
+        ending = line[len(body):]
+        new_codes = {c.upper() for c in codes_by_row[row]}
+        comment = comments.get(row)
+        if comment is not None:
+            start, comment_text = comment
+            merged = _merge_into_comment(comment_text, new_codes)
+            if merged is None:
+                continue  # a bare `# noqa` already silences the line
+            body = body[:start] + merged + body[start + len(comment_text):]
+        else:
+            body = body.rstrip(" \t") + "  # noqa: " + ", ".join(sorted(new_codes))
+        if body + ending != line:
+            lines[row - 1] = body + ending
+            added += 1
+    return "".join(lines), added, impossible
+
+
+def _merge_into_comment(comment: str, new_codes: set[str]) -> str | None:
+    match = _LINE_RE.search(comment)
+    if match is None:
+        return comment + "  # noqa: " + ", ".join(sorted(new_codes))
+    codes = match.group("codes")
+    if not codes:
+        return None
+    existing = [c for c in re.split(r"[,\s]+", codes) if c]
+    have = {c.upper() for c in existing}
+    extra = sorted(c for c in new_codes if c not in have)
+    if not extra:
+        return comment
+    start, end = match.span("codes")
+    return comment[:start] + ", ".join(existing + extra) + comment[end:]
+
+
+def _split_keepends(text: str) -> list[str]:
+    from hooklint.static.source import python_lines
+
+    return python_lines(text, keepends=True)
+
+
+def _comment_layout(text: str) -> tuple[dict[int, tuple[int, str]], set[int]]:
+    """(row -> (column offset, text) of its comment; rows whose end is inside a
+    string or a backslash continuation)."""
+    comments: dict[int, tuple[int, str]] = {}
+    blocked: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                comments[tok.start[0]] = (tok.start[1], tok.string)
+            elif tok.start[0] < tok.end[0] and tok.type not in (tokenize.NEWLINE, tokenize.NL):
+                blocked.update(range(tok.start[0], tok.end[0]))  # a multi-line string
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return {}, set(range(1, text.count("\n") + 2))
+    from hooklint.static.source import python_lines
+
+    for row, line in enumerate(python_lines(text), start=1):
+        if row not in comments and line.rstrip().endswith("\\") and row not in blocked:
+            blocked.add(row)
+    return comments, blocked

@@ -24,6 +24,7 @@ import ast
 
 from hooklint.findings import Edit, Location
 from hooklint.static.context import FileContext
+from hooklint.static.notebook import CELL_BOUNDARY
 from hooklint.static.semantic import SemanticModel
 
 HELPER_NAME = "output_grad_hook"
@@ -124,24 +125,38 @@ def insertion_edit(ctx: FileContext, first_use: ast.AST, name: str) -> Edit | No
     limit = _top_level_statement(tree, first_use)
     if limit is None:
         return None
+    # In a notebook the helper goes into the cell of the first use: an edit
+    # in another cell would make the fix cross cells, which is never applied.
+    floor = _cell_start_row(ctx, first_use.lineno)  # type: ignore[attr-defined]
     index = 0
-    while index < limit and _is_import_block(tree.body[index], index):
+    while index < limit and tree.body[index].lineno < floor:
+        index += 1
+    start = index
+    while index < limit and _is_import_block(tree.body[index], index - start):
         index += 1
     anchor = tree.body[index]
     row = min([anchor.lineno] + [d.lineno for d in getattr(anchor, "decorator_list", [])])
     # keep a comment block that introduces the anchor next to it (not the
     # file's header: a shebang, a licence, an encoding line)
     top = row
-    while top > 1 and ctx.line(top - 1).lstrip().startswith("#"):
+    while top > floor and ctx.line(top - 1).lstrip().startswith("#"):
         top -= 1
-    if top > 1:
+    if top > floor:
         row = top
     blank_above = 0
-    while row - 1 - blank_above >= 1 and not ctx.line(row - 1 - blank_above).strip():
+    while row - 1 - blank_above >= floor and not ctx.line(row - 1 - blank_above).strip():
         blank_above += 1
-    before = "" if row - blank_above <= 1 else "\n" * max(0, 2 - blank_above)
+    before = "" if row - blank_above <= floor else "\n" * max(0, 2 - blank_above)
     content = before + helper_source(name) + "\n\n"
     return Edit(content, Location(row, 1), Location(row, 1))
+
+
+def _cell_start_row(ctx: FileContext, row: int) -> int:
+    """The first row of the notebook cell holding ``row`` (1 outside notebooks)."""
+    for above in range(row - 1, 0, -1):
+        if ctx.line(above).strip() == CELL_BOUNDARY:
+            return above + 1
+    return 1
 
 
 def for_file(ctx: FileContext, first_use: ast.AST) -> tuple[str | None, Edit | None]:

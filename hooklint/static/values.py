@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hooklint.static.identity import IdentityFacts, Narrowing
 from hooklint.static.semantic import (
     Binding,
     ClassInfo,
@@ -38,6 +39,8 @@ class ModuleValue:
     for "some module" (a loop over ``net.modules()``, a parameter annotated
     ``nn.Module``).  ``call`` is the constructor call when known.  ``applied_from``
     is the module expression whose ``.apply(fn)`` feeds this value (seed 000).
+    ``narrowing`` is the ``isinstance``/``type`` test that proved the class
+    (``torch_class`` is then set only when the test names one torch class).
     """
 
     torch_class: str | None = None
@@ -45,6 +48,7 @@ class ModuleValue:
     call: ast.Call | None = None
     applied_from: ast.expr | None = None
     description: str = ""
+    narrowing: Narrowing | None = None
 
     @property
     def class_name(self) -> str | None:
@@ -73,7 +77,7 @@ class CallableValue:
     bound: int = 0
     bound_keywords: frozenset[str] = frozenset()
     owner: ClassInfo | None = None
-    via: str = ""  # "factory", "partial", "method", "__call__"
+    via: str = ""  # "factory", "partial", "method", "__call__", "argument" (passed to a helper)
 
     @property
     def params(self) -> list[str]:
@@ -131,6 +135,8 @@ _TENSOR_METHODS_RETURNING_TENSOR = frozenset(
 )
 _MODULE_ITERATORS = frozenset({"modules", "children"})
 _NAMED_MODULE_ITERATORS = frozenset({"named_modules", "named_children"})
+# Iterators no other common class has: `x.named_modules()` yields modules whatever `x` is.
+_UNMISTAKABLE_MODULE_ITERATORS = frozenset({"named_modules", "modules"})
 _PARAM_ITERATORS = frozenset({"parameters"})
 _NAMED_PARAM_ITERATORS = frozenset({"named_parameters"})
 # Attributes of built-in layers that are parameters.
@@ -145,6 +151,7 @@ class Inference:
         self._cache: dict[int, Value] = {}
         self._active: set[int] = set()
         self._applied: dict[ast.AST, ast.expr] | None = None
+        self.identity = IdentityFacts(model, self)
 
     # ----------------------------------------------------------------- entry
     def infer(self, expr: ast.AST | None) -> Value:
@@ -201,9 +208,15 @@ class Inference:
             return None
         values = [self.value_of_binding(b) for b in bindings]
         first = values[0]
+        value = None
         if all(_same_kind(first, v) for v in values[1:]):
-            return first if len(values) == 1 else _merge(values)
-        return None
+            value = first if len(values) == 1 else _merge(values)
+        if value is None or (isinstance(value, ModuleValue) and value.torch_class is None
+                             and value.local_class is None):
+            narrowing = self.identity.narrowing_of(expr, expr.id, bindings)
+            if narrowing is not None:
+                return narrowed_module(value, narrowing, expr.id)
+        return value
 
     def value_of_binding(self, b: Binding) -> Value:
         if b.kind == "def":
@@ -233,11 +246,29 @@ class Inference:
                 return None
         return self.infer(value)
 
-    def _iterated(self, iterable: ast.AST, path: tuple[int, ...]) -> Value:
+    def _iterated(self, iterable: ast.AST, path: tuple[int, ...], depth: int = 0) -> Value:
         """The value of a ``for`` target drawn from ``iterable``."""
+        if isinstance(iterable, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) and path == ():
+            # [m for m in model.modules() if isinstance(m, nn.ReLU)]
+            return self.infer(iterable.elt)
+        if isinstance(iterable, ast.Name) and depth < 3:
+            bindings = self.model.bindings_at(iterable)
+            if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
+                    and isinstance(bindings[0].value, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+                return self._iterated(bindings[0].value, path, depth + 1)  # type: ignore[arg-type]
+            return None
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
             method = iterable.func.attr
-            receiver = self.infer(iterable.func.value)
+            base = iterable.func.value
+            # `model._modules.items()` / `.values()`: a module's direct children
+            if isinstance(base, ast.Attribute) and base.attr == "_modules" and not iterable.args and (
+                    (method == "items" and path == (1,)) or (method == "values" and path == ())):
+                return ModuleValue(description=f"each child of {_src(base.value)}")
+            receiver = self.infer(base)
+            if receiver is None and method in _UNMISTAKABLE_MODULE_ITERATORS and not iterable.args:
+                # only torch modules have `named_modules()`: whatever the receiver, these are modules
+                if (method.startswith("named_") and path == (1,)) or (not method.startswith("named_") and path == ()):
+                    return ModuleValue(description=f"each module of {_src(base)}")
             if isinstance(receiver, ModuleValue):
                 if method in _MODULE_ITERATORS and path == ():
                     return ModuleValue(description=f"each module of {_src(iterable.func.value)}")
@@ -311,7 +342,10 @@ class Inference:
         qual = self.model.qualify(expr)
         if qual is not None and is_torch_module_class(qual):
             return ClassValue(torch_class=qual)
-        base = self.infer(expr.value)
+        return self.attribute_of(self.infer(expr.value), expr)
+
+    def attribute_of(self, base: Value, expr: ast.Attribute) -> Value:
+        """The value of ``expr`` (``<base>.attr``) when its base is ``base``."""
         if isinstance(base, ModuleValue):
             if base.local_class is not None:
                 method = base.local_class.method(expr.attr)
@@ -330,6 +364,8 @@ class Inference:
                         if isinstance(value, TensorValue) and value.parameter:
                             return TensorValue(parameter=True, leaf=True, requires_grad=value.requires_grad,
                                                owner=base)
+                        if value is None and self._wrapped_module_argument(base.local_class, expr.attr, assigned):
+                            return ModuleValue(description=_src(expr))
                         return value
                     return None
             if expr.attr in _BUILTIN_PARAM_ATTRS and (base.local_class is None):
@@ -342,11 +378,47 @@ class Inference:
                                      owner=base.local_class, via="method")
             assigned = base.local_class.attribute(expr.attr)
             if len(assigned) == 1:
-                return self.infer(assigned[0][0])
+                value = self.infer(assigned[0][0])
+                if value is None and self._wrapped_module_argument(base.local_class, expr.attr, assigned,
+                                                                   module_class=False):
+                    return ModuleValue(description=_src(expr))
+                return value
             return None
         if isinstance(base, TensorValue) and expr.attr in ("data", "T", "mT"):
             return TensorValue(leaf=base.leaf, requires_grad=False if expr.attr == "data" else base.requires_grad)
         return None
+
+    def _wrapped_module_argument(self, cls: ClassInfo, attr: str,
+                                 assigned: list[tuple[ast.expr, object, ast.AST]], module_class: bool = True) -> bool:
+        """``self.<attr> = module`` (or ``module.to(device)``) in ``__init__`` from an
+        unannotated argument, then called as ``self.<attr>(x)`` or
+        ``self.<attr>.forward(x)``: a wrapper around a module (DataParallel-,
+        hook-, pruning- and framework-adapter style).  In a class that is not
+        known to be a module, the attribute must also be used as only modules
+        are (``self.<attr>.parameters()``, ``.named_modules()``...)."""
+        init = cls.method("__init__")
+        if init is None or len(assigned) != 1:
+            return False
+        value = assigned[0][0]
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in _MODULE_RETURNING_SELF:
+            value = value.func.value  # `module.to(device)` returns the module
+        if not isinstance(value, ast.Name) or value.id not in positional_params(init)[1:] \
+                or self.model.enclosing_function(value) is not init:
+            return False
+        bindings = self.model.bindings_at(value)
+        if len(bindings) != 1 or bindings[0].kind != "param":
+            return False
+        if bindings[0].value.annotation is not None:  # type: ignore[union-attr]
+            return False  # annotated: the annotation says what it is
+        mine = [call for name in (attr, "forward") for call in self.model.method_calls.get(name, ())
+                if self.model.enclosing_class(call) is cls]
+        if not any(_calls_self_attribute(call, attr) for call in mine):
+            return False
+        if module_class:
+            return True
+        return any(_calls_self_attribute_method(call, attr) for name in _MODULE_ONLY_METHODS
+                   for call in self.model.method_calls.get(name, ()) if self.model.enclosing_class(call) is cls)
 
     # ----------------------------------------------------------------- calls
     def _infer_call(self, call: ast.Call) -> Value:
@@ -437,6 +509,43 @@ class Inference:
         return None
 
 
+# Methods only torch modules have (together: a stored argument used with them is one).
+_MODULE_ONLY_METHODS = ("parameters", "named_parameters", "named_modules", "named_children", "state_dict",
+                        "load_state_dict", "register_forward_hook", "register_forward_pre_hook",
+                        "register_full_backward_hook", "named_buffers")
+_MODULE_RETURNING_SELF = ("to", "cuda", "cpu", "train", "eval", "float", "double", "half", "requires_grad_")
+
+
+def _calls_self_attribute_method(call: ast.Call, attr: str) -> bool:
+    """``self.<attr>.<method>(...)``."""
+    func = call.func
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) \
+        and func.value.attr == attr and isinstance(func.value.value, ast.Name) and func.value.value.id == "self"
+
+
+def _calls_self_attribute(call: ast.Call, attr: str) -> bool:
+    """``self.<attr>(...)`` or ``self.<attr>.forward(...)``."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "forward":
+        func = func.value
+        if not isinstance(func, ast.Attribute):
+            return False
+    elif not isinstance(func, ast.Attribute):
+        return False
+    return func.attr == attr and isinstance(func.value, ast.Name) and func.value.id == "self"
+
+
+def narrowed_module(value: ModuleValue | None, narrowing: Narrowing, name: str) -> ModuleValue:
+    """``value`` (some module, or unknown) once a test proved its class."""
+    torch_class = narrowing.classes[0] if len(narrowing.classes) == 1 and not narrowing.local \
+        and not narrowing.by_name else None
+    local = narrowing.local[0] if len(narrowing.local) == 1 and not narrowing.classes else None
+    description = value.description if value is not None and value.description else name
+    return ModuleValue(torch_class=torch_class, local_class=local,
+                       applied_from=value.applied_from if value is not None else None,
+                       description=description, narrowing=narrowing)
+
+
 def _returns_of(func: ast.AST):
     """Return statements of a function, not of functions nested in it."""
     stack = list(func.body)  # type: ignore[attr-defined]
@@ -482,7 +591,7 @@ def _same_kind(a: Value, b: Value) -> bool:
 def _merge(values: list[Value]) -> Value:
     first = values[0]
     if isinstance(first, ModuleValue):
-        return ModuleValue(first.torch_class, first.local_class, None, None, first.description)
+        return ModuleValue(first.torch_class, first.local_class, None, None, first.description, first.narrowing)
     return first
 
 

@@ -28,6 +28,19 @@ _CONSTRUCT = {
     "AvgPool3d": (lambda: nn.AvgPool3d(2), (1, 1, 4, 4, 4)),
     "Softmax": (lambda: nn.Softmax(dim=-1), (3, 4)),
     "LogSoftmax": (lambda: nn.LogSoftmax(dim=-1), (3, 4)),
+    "BatchNorm1d": (lambda: nn.BatchNorm1d(4), (3, 4)),
+    "BatchNorm2d": (lambda: nn.BatchNorm2d(2), (2, 2, 3, 3)),
+    "BatchNorm3d": (lambda: nn.BatchNorm3d(2), (2, 2, 3, 3, 3)),
+    "LayerNorm": (lambda: nn.LayerNorm(4), (3, 4)),
+    "GroupNorm": (lambda: nn.GroupNorm(2, 4), (2, 4, 3)),
+    "AdaptiveAvgPool2d": (lambda: nn.AdaptiveAvgPool2d(2), (1, 2, 5, 5)),
+    "AdaptiveAvgPool3d": (lambda: nn.AdaptiveAvgPool3d(2), (1, 2, 5, 5, 5)),
+    "AdaptiveMaxPool2d": (lambda: nn.AdaptiveMaxPool2d(2), (1, 2, 5, 5)),
+    "Threshold": (lambda: nn.Threshold(0.1, 0.0), (3, 4)),
+    "Upsample": (lambda: nn.Upsample(scale_factor=2), (1, 2, 3, 3)),
+    "UpsamplingBilinear2d": (lambda: nn.UpsamplingBilinear2d(scale_factor=2), (1, 2, 3, 3)),
+    "UpsamplingNearest2d": (lambda: nn.UpsamplingNearest2d(scale_factor=2), (1, 2, 3, 3)),
+    "ZeroPad2d": (lambda: nn.ZeroPad2d(1), (1, 2, 3, 3)),
 }
 
 
@@ -54,6 +67,43 @@ def test_legacy_safe_layers_are_one_node_with_the_input_first(name):
         out.sum().backward()
     assert len(seen) == 1
     assert seen[0][0] is not None and seen[0][0].shape == x.shape
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY_SAFE_BUILTINS))
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_legacy_safe_layers_give_the_full_hooks_input_gradient(name, mode):
+    """Stricter: the output's node is the only node the layer makes (every edge
+    goes to a leaf), and the legacy grad_input[0] equals the full hook's, for a
+    gradient that is not uniform (Softsign, x / (1 + |x|), fails both)."""
+    import copy
+
+    torch.manual_seed(0)
+    layer, shape = _layer(name)
+    layer.train(mode == "train")
+    twin = copy.deepcopy(layer)
+    x = torch.rand(*shape, requires_grad=True)
+    legacy, full = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer.register_backward_hook(lambda m, gi, go: legacy.append(gi[0]))
+        out = layer(x)
+        edges = [fn for fn, _ in out.grad_fn.next_functions if fn is not None]
+        assert all(type(fn).__name__ == "AccumulateGrad" for fn in edges), \
+            f"{name}: {out.grad_fn.name()} is not the only node ({[type(fn).__name__ for fn in edges]})"
+        weights = torch.rand_like(out)
+        (out * weights).sum().backward()
+        twin.register_full_backward_hook(lambda m, gi, go: full.append(gi[0]))
+        (twin(x.detach().clone().requires_grad_()) * weights).sum().backward()
+    assert torch.allclose(legacy[0], full[0])
+
+
+def test_a_two_op_layer_fails_the_strict_check():
+    """The check above can fail: Softsign divides x by 1 + |x|, and the legacy
+    hook then sees the division's first input gradient only."""
+    x = torch.rand(3, 4, requires_grad=True)
+    out = nn.Softsign()(x)
+    edges = [fn for fn, _ in out.grad_fn.next_functions if fn is not None]
+    assert not all(type(fn).__name__ == "AccumulateGrad" for fn in edges)
 
 
 @pytest.mark.parametrize(

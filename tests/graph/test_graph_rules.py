@@ -172,7 +172,7 @@ def test_hkl403_quiet_when_the_graph_shows_no_inplace_op():
 
 # -- the behaviour HKL403 claims, on real torch --------------------------------------
 
-from hooklint.rules.graph_only import RUNTIME_ERROR  # noqa: E402
+from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR as RUNTIME_ERROR  # noqa: E402
 
 nn = torch.nn
 

@@ -117,7 +117,7 @@ def _full_hook_cases():
 def test_full_hook_timing_and_inplace_error(analysed, module):
     """On data that needs no grad: does a real full hook fire before the module's
     parameters' .grad is written, and does it raise where hooklint says HKL403?"""
-    from hooklint.rules.graph_only import RUNTIME_ERROR
+    from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR as RUNTIME_ERROR
 
     model = analysed.model
     target = model.get_submodule(module.path)

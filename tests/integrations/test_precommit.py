@@ -120,3 +120,74 @@ def test_hook_environment_has_no_torch(project, hooks_repo, tmp_path_factory):
              "print(m.version('hooklint'), u.find_spec('torch') is None)")
     r = subprocess.run([str(pythons[0]), "-c", probe], capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["0.1.0", "True"], r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------- the README's snippet, as written
+
+NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+               "source": ["%matplotlib inline\n", "import torch.nn as nn\n", "layer = nn.Linear(4, 2)\n"]},
+              {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+               "source": ["layer.register_backward_hook(lambda m, gi, go: print(gi[0]))\n"]}],
+    "metadata": {"kernelspec": {"language": "python", "name": "python3", "display_name": "Python 3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def readme_snippet() -> str:
+    """The .pre-commit-config.yaml block of the README, exactly as written there."""
+    import re
+    import textwrap
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
+        block = textwrap.dedent(block)
+        if block.startswith("# .pre-commit-config.yaml"):
+            return block
+    raise AssertionError("the README has no .pre-commit-config.yaml snippet")
+
+
+def run_readme_config(project: Path, hooks_repo: Path, home: Path, config: str, *files: str):
+    """The snippet with `repo:` and `rev:` pointing at the package under test
+    (the only two values a user would not copy as they are)."""
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hooks_repo, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    config = config.replace("https://github.com/hooklint/hooklint", str(hooks_repo)).replace("v0.1.0", rev)
+    (project / ".pre-commit-config.yaml").write_text(config)
+    env = dict(os.environ, PRE_COMMIT_HOME=str(home), PRE_COMMIT_COLOR="never", NO_COLOR="1")
+    env.pop("HOOKLINT_STRICT", None)
+    # `language: system` runs the `hooklint` on PATH: this test environment's, next to torch
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "pre_commit", "run", "--files", *files], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_readme_snippet_as_written(project, hooks_repo, pre_commit_home):
+    import json
+
+    (project / "nb.ipynb").write_text(json.dumps(NOTEBOOK, indent=1) + "\n")
+    git(project, "add", "-A")
+    config = readme_snippet()
+    assert "- id: hooklint " in config
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "buggy.py", "clean.py", "nb.ipynb",
+                          "notes.txt")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "buggy.py:7:7: HKL101" in out and "nb.ipynb:cell 2:1:7: HKL101" in out, out
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "clean.py")
+    assert r.returncode == 0 and "Passed" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.torch
+def test_readme_snippet_with_the_graph_hook(project, hooks_repo, pre_commit_home):
+    """The commented-out `hooklint-graph` line, switched on: `language: system`
+    runs the hooklint installed next to torch, with the graph layer."""
+    config = readme_snippet()
+    assert "# - id: hooklint-graph" in config
+    config = config.replace("# - id: hooklint-graph", "- id: hooklint-graph")
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "buggy.py")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "hooklint (with model graphs)" in out and out.count("buggy.py:7:7: HKL101") == 2, out
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "clean.py")
+    assert r.returncode == 0 and r.stdout.count("Passed") == 2, r.stdout + r.stderr

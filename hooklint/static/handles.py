@@ -1,0 +1,576 @@
+"""Where a hook's handle goes, and who removes it.
+
+``register_*_hook`` returns a ``RemovableHandle``; calling its ``remove()``
+is the only way to take that one hook off again.  The lifetime rules ask
+where the handle of each registration ends up (dropped, a local name, an
+attribute of ``self``, a list or dict held by ``self``), which class owns
+that attribute, and which methods call ``remove()`` on it.  Answered on the
+syntax of one file; anything less direct (a handle passed to another
+function, stored through an alias) is "unknown" and the rules stay quiet.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from hooklint.static.flow import block_of, executed_nodes, function_of
+from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
+from hooklint.static.callgraph import is_self_param
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.static.context import FileContext
+    from hooklint.static.hooks import Registration
+
+# Methods that put a handle into a container, and how they are called.
+_STORE_METHODS = frozenset({"append", "extend", "add", "insert", "update", "setdefault"})
+# Literals and calls that make a new mutable container.
+_MUTABLE_CALLS = frozenset({"list", "dict", "set", "collections.OrderedDict", "collections.defaultdict",
+                            "collections.deque"})
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a registration's handle is kept.
+
+    ``kind``: "dropped" (an expression statement), "attribute" (``self.h =``),
+    "container" (``self.handles.append(...)``, ``self.handles[k] = ...``, or
+    an attribute assigned a list of registrations), or "other".  ``owner`` and
+    ``attr`` name the attribute of ``self``; ``node`` is the storing node."""
+
+    kind: str
+    node: ast.AST
+    owner: ClassInfo | None = None
+    attr: str | None = None
+    method: ast.AST | None = None
+
+
+def self_attribute(ctx: "FileContext", expr: ast.AST) -> tuple[ClassInfo, str, ast.AST] | None:
+    """``self.<attr>`` in a method: (class, attribute name, method)."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name)):
+        return None
+    bindings = ctx.model.bindings_at(expr.value)
+    if len(bindings) != 1 or bindings[0].kind != "param" or not is_self_param(ctx.model, bindings[0].value):  # type: ignore[arg-type]
+        return None
+    method = bindings[0].scope.node
+    cls = ctx.model.enclosing_class(method)
+    if cls is None or method not in cls.methods.values():
+        return None
+    return cls, expr.attr, method
+
+
+def destination(ctx: "FileContext", reg: "Registration") -> Destination:
+    """Where the handle of ``reg`` goes: followed through one local name."""
+    node: ast.AST = reg.call
+    parent = getattr(node, "_hl_parent", None)
+    # a list or comprehension of registrations, as a whole
+    while isinstance(parent, (ast.List, ast.Tuple, ast.ListComp)) or isinstance(parent, ast.comprehension):
+        node, parent = parent, getattr(parent, "_hl_parent", None)
+    if isinstance(parent, ast.Expr) and node is reg.call:
+        return Destination("dropped", parent)
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        if len(targets) == 1:
+            target = targets[0]
+            found = self_attribute(ctx, target)
+            if found is not None:
+                kind = "attribute" if node is reg.call else "container"
+                return Destination(kind, parent, found[0], found[1], found[2])
+            if isinstance(target, ast.Subscript):
+                found = self_attribute(ctx, target.value)
+                if found is not None:
+                    return Destination("container", parent, found[0], found[1], found[2])
+            if isinstance(target, ast.Name) and node is reg.call:
+                return _through_name(ctx, target, parent) or Destination("other", parent)
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr in _STORE_METHODS:
+        found = self_attribute(ctx, parent.func.value)
+        if found is not None:
+            return Destination("container", parent, found[0], found[1], found[2])
+    return Destination("other", parent if parent is not None else node)
+
+
+def _through_name(ctx: "FileContext", target: ast.Name, stmt: ast.AST) -> Destination | None:
+    """``h = m.register_...(); self.handles.append(h)``: where ``h`` goes,
+    when that is its only use."""
+    scope = ctx.model.scope_of(target)
+    func = scope.node
+    uses = [n for n in executed_nodes(func) if isinstance(n, ast.Name) and n.id == target.id
+            and isinstance(n.ctx, ast.Load)] if isinstance(func, FunctionNode) else []
+    if len(uses) != 1:
+        return None
+    use = uses[0]
+    parent = getattr(use, "_hl_parent", None)
+    if isinstance(parent, ast.Call) and use in parent.args and isinstance(parent.func, ast.Attribute) \
+            and parent.func.attr in _STORE_METHODS:
+        found = self_attribute(ctx, parent.func.value)
+        if found is not None:
+            return Destination("container", parent, found[0], found[1], found[2])
+    if isinstance(parent, ast.Assign) and parent.value is use and len(parent.targets) == 1:
+        target = parent.targets[0]
+        found = self_attribute(ctx, target)
+        if found is not None:
+            return Destination("attribute", parent, found[0], found[1], found[2])
+        if isinstance(target, ast.Subscript):
+            found = self_attribute(ctx, target.value)
+            if found is not None:
+                return Destination("container", parent, found[0], found[1], found[2])
+    return None
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A ``remove()`` of the handles kept in ``self.<attr>``."""
+
+    call: ast.Call
+    method: ast.AST
+    conditional: bool  # under an `if` (or `try` handler) inside the method
+
+
+def removals(ctx: "FileContext", cls: ClassInfo, attr: str) -> list[Removal]:
+    """Calls that remove handles kept in ``self.<attr>`` in the methods of
+    ``cls``: ``self.h.remove()``, ``for h in self.hs: h.remove()``,
+    ``[h.remove() for h in self.hs]``, ``self.hs[k].remove()``,
+    ``self.hs.pop(...).remove()``."""
+    out = []
+    for method in cls.methods.values():
+        for node in executed_nodes(method):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "remove" and not node.args and not node.keywords):
+                continue
+            if _names_handles_of(ctx, node.func.value, cls, attr, method):
+                out.append(Removal(node, method, _conditional(node, method)))
+    return out
+
+
+def _names_handles_of(ctx: "FileContext", expr: ast.AST, cls: ClassInfo, attr: str, method: ast.AST) -> bool:
+    found = self_attribute(ctx, expr)
+    if found is not None:
+        return found[0] is cls and found[1] == attr
+    if isinstance(expr, ast.Subscript):
+        return _names_handles_of(ctx, expr.value, cls, attr, method)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("pop", "get"):
+        return _names_handles_of(ctx, expr.func.value, cls, attr, method)
+    if isinstance(expr, ast.Name):
+        for b in ctx.model.bindings_at(expr):
+            if b.kind == "for" and isinstance(b.value, ast.AST):
+                iterable = b.value
+                # `for h in self.hs`, `for h in self.hs.values()`, `for _, h in self.hs.items()`
+                if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+                        and iterable.func.attr in ("values", "items", "copy") or \
+                        isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+                        and iterable.func.id in ("list", "reversed", "tuple"):
+                    iterable = iterable.func.value if isinstance(iterable.func, ast.Attribute) else \
+                        (iterable.args[0] if iterable.args else iterable)
+                found = self_attribute(ctx, iterable)
+                if found is not None and found[0] is cls and found[1] == attr:
+                    return True
+    return False
+
+
+def _conditional(node: ast.AST, method: ast.AST) -> bool:
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not method:
+        if isinstance(cur, (ast.If, ast.IfExp, ast.ExceptHandler, ast.While)):
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
+
+
+def assignments(cls: ClassInfo, attr: str) -> Iterator[tuple[ast.AST, ast.expr]]:
+    """``self.<attr> = value`` in the methods of ``cls``: (method, value)."""
+    for value, scope, _node in cls.attributes.get(attr, ()):
+        yield scope.node, value
+
+
+def class_body_value(cls: ClassInfo, attr: str) -> tuple[ast.stmt, ast.expr] | None:
+    """``attr = value`` (or ``attr: T = value``) in the class body."""
+    for stmt in cls.node.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id == attr:
+            return stmt, stmt.value
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == attr \
+                and stmt.value is not None:
+            return stmt, stmt.value
+    return None
+
+
+def is_mutable_container(ctx: "FileContext", expr: ast.expr) -> bool:
+    if isinstance(expr, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+        return True
+    if isinstance(expr, ast.Call) and not expr.args and not expr.keywords:
+        qual = ctx.model.qualify(expr.func)
+        return qual is not None and (qual.removeprefix("builtins.") in _MUTABLE_CALLS or qual in _MUTABLE_CALLS)
+    return False
+
+
+def method_of(node: ast.AST) -> ast.AST | None:
+    """The function whose code ``node`` is part of (see flow.function_of)."""
+    func = function_of(node)
+    return func if isinstance(func, FunctionNode) else None
+
+
+def self_name(func: ast.AST) -> str | None:
+    params = positional_params(func)
+    return params[0] if params else None
+
+
+# ------------------------------------------------------------ unprotected removals
+
+StorageKey = tuple  # ("name", id(binding)) | ("local", id(binding)) | ("self", id(class), attr)
+
+
+@dataclass(frozen=True)
+class UnprotectedRemoval:
+    """Hooks registered, then code that can raise, then ``remove()``, with no
+    ``finally`` to remove them when it raises."""
+
+    removal: ast.AST  # the `remove()` call, or the call of the helper that removes
+    registrations: tuple["Registration", ...]
+    risky: ast.Call  # the call between them that runs the caller's code
+    function: ast.AST
+
+
+class RemovalFlow:
+    """Pairs, in one function, the statement that registers hooks (directly,
+    through a method of the class, a nested function or ``module.apply``)
+    with the later statement that removes them, by where the handles are
+    kept: a local name, a local list or dict, or an attribute of ``self``."""
+
+    def __init__(self, ctx: "FileContext"):
+        self.ctx = ctx
+        self._by_function: dict[int, list["Registration"]] = {}
+        for reg in ctx.hooks.registrations:
+            func = function_of(reg.call)
+            self._by_function.setdefault(id(func), []).append(reg)
+        self._helper_regs: dict[int, list[tuple[StorageKey, "Registration"]]] = {}
+        self._helper_removals: dict[int, set[StorageKey]] = {}
+
+    # ------------------------------------------------------------ storage
+    def registration_storage(self, reg: "Registration") -> StorageKey | None:
+        dest = destination(self.ctx, reg)
+        if dest.kind in ("attribute", "container") and dest.owner is not None:
+            return ("self", id(dest.owner), dest.attr)
+        node: ast.AST = reg.call
+        parent = getattr(node, "_hl_parent", None)
+        while isinstance(parent, (ast.Tuple, ast.List, ast.ListComp, ast.comprehension)):
+            node, parent = parent, getattr(parent, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+            target = parent.targets[0]
+            if isinstance(target, ast.Name):
+                return self._name_key(target, "name" if node is reg.call else "local")
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                return self._name_key(target.value, "local")
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
+                and parent.func.attr in _STORE_METHODS and isinstance(parent.func.value, ast.Name):
+            return self._name_key(parent.func.value, "local")
+        return None
+
+    def _name_key(self, name: ast.Name, kind: str) -> StorageKey | None:
+        model = self.ctx.model
+        if isinstance(name.ctx, ast.Store):
+            found = model.lookup(name.id, model.scope_of(name))
+            binding = next((b for b in found if b.node is getattr(name, "_hl_parent", None)
+                            or b.node is getattr(getattr(name, "_hl_parent", None), "_hl_parent", None)), None)
+            return (kind, id(binding)) if binding is not None else None
+        bindings = model.bindings_at(name) or model.lookup(name.id, model.scope_of(name))
+        if not bindings:
+            return None
+        if kind == "local":
+            # a container: the binding that created it (`handles = []`), wherever it is read from
+            created = [b for b in bindings if b.kind == "assign"]
+            return ("local", id(created[0])) if len(created) == 1 else None
+        return (kind, id(bindings[0])) if len(bindings) == 1 else None
+
+    def removal_storage(self, call: ast.Call) -> StorageKey | None:
+        """Where the handles a ``<expr>.remove()`` call removes are kept."""
+        expr = call.func.value  # type: ignore[attr-defined]
+        while isinstance(expr, ast.Subscript):
+            expr = expr.value
+        found = self_attribute(self.ctx, expr)
+        if found is not None:
+            return ("self", id(found[0]), found[1])
+        if not isinstance(expr, ast.Name):
+            return None
+        bindings = self.ctx.model.bindings_at(expr)
+        if len(bindings) != 1:
+            return None
+        b = bindings[0]
+        if b.kind == "assign" and not b.path:
+            return ("name", id(b))
+        if b.kind == "for" and isinstance(b.value, ast.AST):
+            iterable = _container_of(b.value)
+            found = self_attribute(self.ctx, iterable)
+            if found is not None:
+                return ("self", id(found[0]), found[1])
+            if isinstance(iterable, ast.Name):
+                return self._name_key(iterable, "local")
+        return None
+
+    # ------------------------------------------------------------ statements
+    def registered_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
+        out: list[tuple[StorageKey, "Registration"]] = []
+        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
+            return out  # a definition does not run its body
+        for node in executed_nodes(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            for reg in self._by_function.get(id(func), ()):
+                if reg.call is node:
+                    key = self.registration_storage(reg)
+                    if key is not None:
+                        out.append((key, reg))
+            helper = self._helper(node, func)
+            if helper is not None:
+                out += self._registrations_of_helper(helper)
+        return out
+
+    def removed_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, ast.AST]]:
+        out: list[tuple[StorageKey, ast.AST]] = []
+        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
+            return out
+        for node in executed_nodes(stmt):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "remove" and not node.args:
+                key = self.removal_storage(node)
+                if key is not None:
+                    out.append((key, node))
+            helper = self._helper(node, func)
+            if helper is not None:
+                out += [(key, node) for key in self._removals_of_helper(helper)]
+        return out
+
+    def _helper(self, call: ast.Call, func: ast.AST) -> ast.AST | None:
+        """The function of this file a call runs: ``self._register()``, a nested
+        function, a local function, or the ``fn`` of ``module.apply(fn)``."""
+        target: ast.AST = call.func
+        if isinstance(target, ast.Attribute) and target.attr == "apply" and len(call.args) == 1:
+            target = call.args[0]
+        model = self.ctx.model
+        if isinstance(target, ast.Name):
+            bindings = model.bindings_at(target)
+            if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
+                return bindings[0].node
+            return None
+        found = self_attribute(self.ctx, target) if isinstance(target, ast.Attribute) else None
+        if found is not None:
+            return found[0].method(found[1])
+        return None
+
+    def _registrations_of_helper(self, helper: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
+        if id(helper) not in self._helper_regs:
+            self._helper_regs[id(helper)] = []
+            found = []
+            for reg in self._by_function.get(id(helper), ()):
+                key = self.registration_storage(reg)
+                if key is not None:
+                    found.append((key, reg))
+            self._helper_regs[id(helper)] = found
+        return self._helper_regs[id(helper)]
+
+    def _removals_of_helper(self, helper: ast.AST) -> set[StorageKey]:
+        if id(helper) not in self._helper_removals:
+            self._helper_removals[id(helper)] = set()
+            keys = set()
+            for node in executed_nodes(helper):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remove" \
+                        and not node.args:
+                    key = self.removal_storage(node)
+                    if key is not None and key[0] == "self":
+                        keys.add(key)
+            self._helper_removals[id(helper)] = keys
+        return self._helper_removals[id(helper)]
+
+    # ------------------------------------------------------------ the check
+    def unprotected(self, func: ast.AST) -> list[UnprotectedRemoval]:
+        """One walk of the function: its registering calls and removing calls
+        (direct, or through a helper), paired by where the handles are kept,
+        in order; then a call that runs the caller's code between them."""
+        calls = [node for node in executed_nodes(func) if isinstance(node, ast.Call)]
+        if not calls:
+            return []
+        direct = {id(reg.call): reg for reg in self._by_function.get(id(func), ())}
+        # (order, "reg"/"rem", key, registration or removing call, the call in this function)
+        events: list[tuple[int, str, StorageKey, Any, ast.Call]] = []
+        for order, call in enumerate(calls):
+            reg = direct.get(id(call))
+            if reg is not None:
+                key = self.registration_storage(reg)
+                if key is not None:
+                    events.append((order, "reg", key, reg, call))
+            func_node = call.func
+            if isinstance(func_node, ast.Attribute) and func_node.attr == "remove" and not call.args:
+                key = self.removal_storage(call)
+                if key is not None:
+                    events.append((order, "rem", key, call, call))
+            helper = self._helper(call, func)
+            if helper is not None:
+                events += [(order, "reg", key, r, call) for key, r in self._registrations_of_helper(helper)]
+                events += [(order, "rem", key, call, call) for key in self._removals_of_helper(helper)]
+        if not any(event[1] == "rem" for event in events):
+            return []
+        out = []
+        pending: dict[StorageKey, list[tuple[int, "Registration", ast.Call]]] = {}
+        for order, kind, key, item, anchor in events:
+            if kind == "reg":
+                pending.setdefault(key, []).append((order, item, anchor))
+                continue
+            regs = [(o, r) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
+            if not regs:
+                continue
+            first = min(o for o, _r in regs)
+            risky = self._risky_call(calls[first + 1:order], func)
+            if risky is not None and not _protected(self, item, risky, func, key):
+                out.append(UnprotectedRemoval(item, tuple(r for _o, r in regs), risky, func))
+        return out
+
+    def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
+        """A call that runs the caller's code (its model, a function it
+        passed) between the registration and the removal."""
+        arguments = _all_params(func)
+        params = {a.arg for a in arguments}
+        self_name = arguments[0].arg if arguments and is_self_param(self.ctx.model, arguments[0]) else None
+        cls = self.ctx.model.enclosing_class(func)
+        for call in calls:
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
+            if name.startswith("register") or name == "apply":
+                continue  # more registrations, not the caller's code
+            if _runs_callers_code(call, params, self_name, cls):
+                return call
+        return None
+
+
+def _precedes_in_block(first: ast.AST, second: ast.AST, func: ast.AST) -> bool:
+    """Does the statement running ``first`` come before the one running
+    ``second`` in a block that holds both (not in two branches of an ``if``)?"""
+    def chain(node: ast.AST) -> list[tuple[int, int]]:
+        out = []
+        cur: ast.AST | None = node
+        while cur is not None and cur is not func:
+            if isinstance(cur, ast.stmt):
+                pos = block_of(cur)
+                if pos is not None:
+                    out.append((id(pos[0]), pos[1]))
+            cur = getattr(cur, "_hl_parent", None)
+        return out
+
+    if first is second:
+        return False
+    seconds = dict(chain(second))
+    for block, index in chain(first):
+        if block in seconds:
+            return index < seconds[block] or (index == seconds[block] and _before(first, second))
+    return False
+
+
+def _before(a: ast.AST, b: ast.AST) -> bool:
+    return (getattr(a, "lineno", 0), getattr(a, "col_offset", 0)) < (getattr(b, "lineno", 0), getattr(b, "col_offset", 0))
+
+
+def _container_of(iterable: ast.AST) -> ast.AST:
+    """``handles``, ``handles.values()``, ``list(handles)``... -> ``handles``."""
+    while True:
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+                and iterable.func.attr in ("values", "items", "copy", "keys") and not iterable.args:
+            iterable = iterable.func.value
+        elif isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
+                and iterable.func.id in ("list", "tuple", "reversed", "sorted") and len(iterable.args) == 1:
+            iterable = iterable.args[0]
+        else:
+            return iterable
+
+
+# Parameter and attribute names that hold the caller's model or a function to
+# run, when handed to another call (`_run_forward(forward_fn, inputs)`); not
+# data about it (`additional_forward_args`, `module_name`).
+_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
+_DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
+_CLEANUP_CALLS = ("remove", "del", "clear", "reset", "restore", "undo", "close", "detach")
+
+
+def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
+    """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
+    ``self.forward_func(...)``, or a call handed a function or model to run
+    (``_run_forward(forward_fn, inputs)``); not ``model.eval()``."""
+    def callable_name(name: str) -> bool:
+        name = name.lower()
+        return any(w in name for w in _CALLABLE_WORDS) and not any(w in name for w in _DATA_WORDS)
+
+    def given(expr: ast.AST) -> bool:
+        if isinstance(expr, ast.Name):
+            return expr.id in params and expr.id != self_name
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name:
+            # an attribute the object was given (`self.model = model`, maybe in a base
+            # class of another file), not a method
+            return cls is not None and cls.method(expr.attr) is None \
+                and (bool(cls.attribute(expr.attr)) or callable_name(expr.attr))
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in params:
+            return callable_name(expr.attr)  # `explainer.model(...)`
+        return False
+
+    func = call.func
+    called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower().strip("_")
+    if called.split("_")[0] in _CLEANUP_CALLS:
+        return False  # tidying up after the run (`self.remove_attributes(self.model)`)
+    if given(func):
+        return True
+    if isinstance(func, ast.Attribute) and func.attr == "forward" and given(func.value):
+        return True
+    for arg in list(call.args) + [k.value for k in call.keywords]:
+        name = arg.id if isinstance(arg, ast.Name) else arg.attr if isinstance(arg, ast.Attribute) else ""
+        if given(arg) and callable_name(name):
+            return True
+    return False
+
+
+def _protected(flow: RemovalFlow, removal: ast.AST, risky: ast.AST, func: ast.AST, key: StorageKey) -> bool:
+    """Is the removal in a ``finally`` or an ``except`` block, or does a
+    ``try`` around the risky call remove the same handles in its ``finally``
+    or a handler?"""
+    child: ast.AST = removal
+    cur = getattr(removal, "_hl_parent", None)
+    while cur is not None and cur is not func:
+        if isinstance(cur, ast.Try) and child in cur.finalbody:
+            return True
+        if isinstance(cur, ast.ExceptHandler):
+            return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    cur = getattr(risky, "_hl_parent", None)
+    child = risky
+    while cur is not None and cur is not func:
+        if isinstance(cur, ast.Try) and child in cur.body:
+            for stmt in list(cur.finalbody) + [s for h in cur.handlers for s in h.body]:
+                if any(k == key for k, _n in flow.removed_in(stmt, func)):
+                    return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return False
+
+
+def _blocks(func: ast.AST) -> Iterator[list[ast.stmt]]:
+    """Every statement list in a function, not in nested functions or classes."""
+    stack = [func]
+    while stack:
+        node = stack.pop()
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
+                if isinstance(block[0], ast.stmt):
+                    yield block
+                for child in block:
+                    if not isinstance(child, FunctionNode + (ast.ClassDef,)):
+                        stack.append(child)
+        if isinstance(node, ast.Match):
+            for case in node.cases:
+                yield case.body
+                stack.extend(case.body)
+
+
+def _all_params(func: ast.AST) -> list[ast.arg]:
+    args = func.args  # type: ignore[attr-defined]
+    out = list(args.posonlyargs) + list(args.args) + list(args.kwonlyargs)
+    if args.vararg:
+        out.append(args.vararg)
+    if args.kwarg:
+        out.append(args.kwarg)
+    return out

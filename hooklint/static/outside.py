@@ -1,0 +1,118 @@
+"""Modules that come from outside: what a function's caller hands it.
+
+Library code hooks modules it did not build: a ``target_layer`` parameter,
+an argument ``__init__`` stored as ``self.model``, each submodule of the
+caller's model.  :func:`caller_supplied` recognises these shapes and says
+where the module comes from, in words for a message.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
+from hooklint.static.values import Inference
+
+_SUBMODULE_ITERATORS = {"modules": (), "named_modules": (1,), "children": (), "named_children": (1,)}
+
+
+def caller_supplied(model: SemanticModel, inference: Inference, expr: ast.AST) -> str | None:
+    """How ``expr`` is (part of) a module the caller passed in, or None."""
+    found = outside_root(model, inference, expr)
+    return found[0] if found is not None else None
+
+
+def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
+                 depth: int = 0) -> tuple[str, ast.expr] | None:
+    """(how ``expr`` comes from the caller, the expression naming what the caller
+    passed: the parameter, or ``self.attr`` stored from one), or None."""
+    if depth > 6:
+        return None
+    if isinstance(expr, ast.Subscript):
+        return _part_of(outside_root(model, inference, expr.value, depth + 1))
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get_submodule":
+        return _part_of(outside_root(model, inference, expr.func.value, depth + 1))
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and expr.args:
+        return _part_of(outside_root(model, inference, expr.args[0], depth + 1))
+    if isinstance(expr, ast.Attribute):
+        if isinstance(expr.value, ast.Name) and expr.value.id == "self" and _is_self(model, expr.value):
+            stored = _stored_argument(model, expr)
+            return (stored, expr) if stored is not None else None
+        return _part_of(outside_root(model, inference, expr.value, depth + 1))
+    if not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
+        return None
+    bindings = model.bindings_at(expr)
+    if len(bindings) != 1:
+        return None
+    b = bindings[0]
+    if b.kind == "param":
+        func = b.scope.node
+        if not isinstance(func, FunctionNode):
+            return None
+        if _is_self(model, expr):
+            return None
+        if func in inference.applied_functions():
+            return None  # `net.apply(fn)`: the file shows the modules
+        return f"the argument `{expr.id}` of `{_qualified(model, func)}`", expr
+    if b.kind == "for" and isinstance(b.value, ast.AST):
+        iterable = b.value
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
+            method = iterable.func.attr
+            base = iterable.func.value
+            if _SUBMODULE_ITERATORS.get(method) == b.path:
+                inner = outside_root(model, inference, base, depth + 1)
+                return (f"each submodule of {_whole(inner[0])}", inner[1]) if inner else None
+            if isinstance(base, ast.Attribute) and base.attr == "_modules" and (
+                    (method == "items" and b.path == (1,)) or (method == "values" and b.path == ())):
+                inner = outside_root(model, inference, base.value, depth + 1)
+                return (f"each child of {_whole(inner[0])}", inner[1]) if inner else None
+        return None
+    if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr):
+        return outside_root(model, inference, b.value, depth + 1)
+    return None
+
+
+def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
+    """``self.attr`` assigned once, in ``__init__``, from one of its arguments."""
+    cls = model.enclosing_class(expr)
+    if cls is None:
+        return None
+    assigned = cls.attribute(expr.attr)
+    if len(assigned) != 1:
+        return None
+    value, scope, _node = assigned[0]
+    method = scope.node
+    if getattr(method, "name", "") != "__init__" or not isinstance(value, ast.Name):
+        return None
+    params = set(positional_params(method)[1:]) | {a.arg for a in method.args.kwonlyargs}  # type: ignore[attr-defined]
+    if value.id not in params:
+        return None
+    return f"the argument `{value.id}` of `{cls.name}.__init__`"
+
+
+def _is_self(model: SemanticModel, name: ast.Name) -> bool:
+    bindings = model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return False
+    func = bindings[0].scope.node
+    params = positional_params(func)
+    return bool(params) and params[0] == name.id and not is_staticmethod(func) \
+        and isinstance(getattr(func, "_hl_parent", None), ast.ClassDef)
+
+
+def _qualified(model: SemanticModel, func: ast.AST) -> str:
+    cls = model.enclosing_class(func)
+    name = getattr(func, "name", "<lambda>")
+    return f"{cls.name}.{name}" if cls is not None and getattr(func, "_hl_parent", None) is cls.node else name
+
+
+def _whole(text: str) -> str:
+    """The module a description is about, without "part of"."""
+    return text[len("part of "):] if text.startswith("part of ") else text
+
+
+def _part_of(found: tuple[str, ast.expr] | None) -> tuple[str, ast.expr] | None:
+    if found is None:
+        return None
+    text, root = found
+    return (text if text.startswith("part of ") else f"part of {text}"), root
