@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-__all__ = ["assert_hooks_ok", "assert_no_legacy_hooks", "assert_grad_edits_take_effect"]
+__all__ = ["assert_hooks_ok", "assert_no_legacy_hooks", "assert_grad_edits_take_effect",
+           "assert_hooks_ok_distributed"]
 
 GRAD_EDIT_CODES = ("HKL201", "HKL203", "HKL401")
 
@@ -91,6 +92,146 @@ def assert_no_legacy_hooks(model: Any) -> None:
         f"docs: {rule.url()}",
     ]
     raise AssertionError("\n".join(lines))
+
+
+def assert_hooks_ok_distributed(build_model: Callable[[], Any] | str, example_inputs: Any, world_size: int = 2,
+                                wrap: str | None = "ddp", *, loss_fn: Callable[[Any], Any] | str | None = None,
+                                select: Iterable[str] | None = None, ignore: Iterable[str] = (), steps: int = 2,
+                                backend: str = "gloo", timeout: float = 180.0, seed: int = 0) -> None:
+    """Build the model on ``world_size`` local ranks, wrap it in DDP (``wrap="ddp"``) or
+    shard it with FSDP2 (``wrap="fsdp2"``: ``fully_shard`` on every direct child that
+    holds parameters, then on the model), or take it as ``build_model`` returns it
+    (``wrap=None``: it wraps the model itself and registers hooks that must come
+    after wrapping, such as post-accumulate-grad hooks on FSDP2's sharded
+    parameters; the process group exists when it is called), run ``steps`` forward
+    and backward passes
+    under instrumentation in every rank, and fail if any hook problem was observed
+    on any rank (HKL601 compares the gradients across ranks after each backward).
+
+    The ranks are separate processes started through PyTorch's launcher
+    (``torch.distributed.run``, a free port picked for the rendezvous), so
+    ``build_model`` (and ``loss_fn``) must be importable there: a function defined
+    at the top level of an importable module (a test module is fine), or a
+    ``"package.module:function"`` string; not a lambda, a nested function or a
+    function of ``__main__``.  ``torch.manual_seed(seed)`` runs before it on every
+    rank, so the replicas start equal.  ``example_inputs`` (a tensor or a tuple of
+    arguments) must pickle; each rank gets its own rows of every tensor (dim 0, as
+    a DistributedSampler would give them) when every tensor has at least one row
+    per rank, else the whole inputs.  ``backend="nccl"`` needs one GPU per rank.
+    Every process started is ended, also when a rank fails or hangs (``timeout``
+    seconds for the whole run).
+    """
+    __tracebackhide__ = True
+    import os
+    import pickle
+    import shutil
+    import sys
+    import tempfile
+
+    from hooklint.config import resolve_codes, validate_selectors
+    from hooklint.runtime.distributed_launch import launch, merged
+
+    if wrap not in ("ddp", "fsdp2", None):
+        raise ValueError(f'wrap must be "ddp", "fsdp2" or None, not {wrap!r}')
+    if world_size < 1:
+        raise ValueError("world_size must be at least 1")
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f'backend must be "gloo" or "nccl", not {backend!r}')
+    if backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.device_count() < world_size:
+            raise ValueError(f"backend='nccl' needs {world_size} GPUs; this machine has "
+                             f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} (use backend='gloo')")
+    select_list = list(select) if select is not None else None
+    ignore_list = list(ignore)
+    if select_list is not None:
+        validate_selectors(select_list, "select")
+    validate_selectors(ignore_list, "ignore")
+    codes = resolve_codes(select_list, [], ignore_list)
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    spec = {
+        "build_model": _callable_reference(build_model, "build_model"),
+        "loss_fn": _callable_reference(loss_fn, "loss_fn") if loss_fn is not None else None,
+        "example_inputs": inputs,
+        "wrap": wrap,
+        "steps": steps,
+        "backend": backend,
+        "seed": seed,
+        "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+    }
+    try:
+        payload = pickle.dumps(spec)
+    except Exception as exc:  # noqa: BLE001 - said plainly: the inputs cannot reach the ranks
+        raise TypeError(f"example_inputs must pickle to reach the ranks: {type(exc).__name__}: {exc}") from None
+    folder = tempfile.mkdtemp(prefix="hooklint-dist-")
+    try:
+        with open(os.path.join(folder, "spec.pkl"), "wb") as f:
+            f.write(payload)
+        outcome = launch([], world_size, mode="check", codes=codes, timeout=timeout, folder=folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    name = spec["build_model"].rsplit(":", 1)[-1]
+    engine = {"ddp": " under DDP", "fsdp2": " under FSDP2", None: ""}[wrap]
+    what = f"hooks of `{name}()`{engine} on {world_size} ranks"
+    if outcome.timed_out:
+        raise AssertionError(f"{what}: the run did not finish within {timeout:g} s (a rank hung?); the launcher "
+                             f"and every rank were stopped.")
+    observations, _notices = merged(outcome)
+    errors = [(rank, result.error) for rank, result in sorted(outcome.results.items()) if result.error]
+    if observations:
+        message = format_observations(observations, f"{what} are not OK", steps)
+        if errors:
+            message += f"\n\nrank {errors[0][0]} stopped with:\n{errors[0][1].rstrip()}"
+        raise AssertionError(message)
+    if errors:
+        rank, text = errors[0]
+        raise AssertionError(f"{what}: rank {rank} raised, and no hook problem explains it:\n{text.rstrip()}")
+    if outcome.missing:
+        raise AssertionError(f"{what}: rank{'s' if len(outcome.missing) > 1 else ''} "
+                             f"{', '.join(map(str, outcome.missing))} ended without a result (exit status "
+                             f"{outcome.launcher_code} from the launcher); see the output above.")
+
+
+def _callable_reference(fn: Any, what: str) -> str:
+    """``"module:qualname"`` for a function the ranks can import."""
+    if isinstance(fn, str):
+        module, _, name = fn.partition(":")
+        if not module or not name:
+            raise ValueError(f'{what} as a string must be "package.module:function", not {fn!r}')
+        return fn
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not callable(fn) or module is None or qualname is None:
+        raise TypeError(f"{what} must be a function defined at the top level of a module, or a "
+                        f'"package.module:function" string, not {type(fn).__name__}')
+    if "<locals>" in qualname or qualname == "<lambda>" or qualname.endswith("<lambda>"):
+        raise TypeError(f"{what} must be importable by the ranks: `{qualname}` is a lambda or a nested function; "
+                        f"define it at the top level of a module, or pass \"{module}:name\"")
+    if module == "__main__":
+        raise TypeError(f"{what} must be importable by the ranks: `{qualname}` is defined in __main__; move it into "
+                        f"a module, or pass \"package.module:{qualname}\"")
+    return f"{module}:{qualname}"
+
+
+def _resolve_callable(reference: str, what: str) -> Callable:
+    import importlib
+
+    module_name, _, qualname = reference.partition(":")
+    try:
+        value: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"{what} {reference!r}: cannot import {module_name!r} in the rank ({exc})") from exc
+    for part in qualname.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise AttributeError(f"{what} {reference!r}: {module_name!r} has no {qualname!r}") from None
+    if not callable(value):
+        raise TypeError(f"{what} {reference!r} is not callable")
+    return value
 
 
 # -- shared ----------------------------------------------------------------------

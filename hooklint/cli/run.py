@@ -5,6 +5,10 @@ The program runs as ``__main__`` in this process, as with ``python``; its own
 output and exit status are kept.  Findings are printed once it has finished
 (also when it calls ``sys.exit`` or raises): to stdout after its output, or to
 ``-o FILE`` so the two never mix.
+
+``--nproc N`` runs it on N local processes through PyTorch's launcher
+(``torch.distributed.run``), observed in every rank; the ranks' findings are
+merged into one report (hooklint.runtime.distributed_launch).
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ def add_parser(sub) -> None:
                    help="Exit 1 when the script succeeded but findings were reported (default: the script's "
                    "own exit status).")
     g.add_argument("-q", "--quiet", action="store_true", help="No summary line on stderr.")
+    d = p.add_argument_group("distributed")
+    d.add_argument("--nproc", type=int, metavar="N",
+                   help="Run the program on N local processes through PyTorch's launcher "
+                   "(`python -m torch.distributed.run --standalone --nproc-per-node N`, a free port picked for the "
+                   "rendezvous), observing every rank; findings of all ranks are merged into one report. The "
+                   "program initialises its process group as under torchrun (gloo on CPU).")
+    d.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="With --nproc: stop the launcher and every rank after SECONDS (exit 124), whatever they "
+                   "are doing.")
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS...]",
                    help="Run a module, as `python -m` does; everything after it is passed to the module.")
     p.add_argument("script", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
@@ -56,13 +69,18 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     codes = config.enabled_codes()
 
-    require_torch("hooklint run")
+    if args.timeout is not None and args.nproc is None:
+        raise UsageError("--timeout needs --nproc")
+    if args.nproc is None:
+        require_torch("hooklint run")  # with --nproc the ranks import it, never this process
     from hooklint.runtime.script import ScriptNotFound, check_target, run_main
     from hooklint.runtime.session import Session
     try:
         check_target(script, module)
     except ScriptNotFound as exc:
         raise UsageError(str(exc)) from None
+    if args.nproc is not None:
+        return _run_distributed(args, config, codes, script, module, script_args)
 
     session = Session(codes=codes, all_threads=True)
     session.start()
@@ -76,6 +94,51 @@ def run(args: argparse.Namespace) -> int:
 
     report = session.report()
     _emit(report, config.output_format, args, script or f"-m {module}")
+    if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
+        return EXIT_FINDINGS
+    return outcome.exit_code
+
+
+def _run_distributed(args: argparse.Namespace, config, codes, script: str | None, module: str | None,
+                     script_args: list[str]) -> int:
+    from hooklint.engine import UsageError
+    from hooklint.findings import Notice, NoticeLevel, Report
+    from hooklint.runtime.distributed_launch import LaunchError, launch, merged
+    from hooklint.runtime.session import Session
+
+    if args.nproc < 1:
+        raise UsageError(f"--nproc must be at least 1 (got {args.nproc})")
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("`hooklint run --nproc` needs torch; install it or `hooklint[torch]`")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive (got {args.timeout:g})")
+    rank_args = [script, *script_args] if script is not None else ["-m", module or "", *script_args]
+    from hooklint.runtime.distributed_launch import Terminated
+
+    try:
+        outcome = launch(rank_args, args.nproc, mode="run", codes=codes, timeout=args.timeout)
+    except (LaunchError, OSError) as exc:
+        raise UsageError(f"cannot launch {args.nproc} processes: {exc}") from None
+    except Terminated:
+        sys.stderr.write("hooklint run: terminated; the launcher and every rank were stopped\n")
+        return 143
+    observations, notices = merged(outcome)
+    folded = Session(codes=codes)
+    folded.merge(observations)
+    what = script or f"-m {module}"
+    extra = []
+    if outcome.timed_out:
+        extra.append(Notice("<runtime>", f"hooklint run: stopped {what} after {args.timeout:g} s (--timeout); "
+                            "the launcher and every rank were ended", NoticeLevel.ERROR))
+    elif outcome.missing:
+        ranks = ", ".join(map(str, outcome.missing))
+        extra.append(Notice("<runtime>", f"hooklint run: rank{'s' if len(outcome.missing) > 1 else ''} {ranks} "
+                            "ended without handing back observations (killed, or the launcher stopped them after "
+                            "another rank failed)", NoticeLevel.ERROR))
+    report = Report(findings=folded.findings, notices=[*notices, *folded.notices, *extra])
+    _emit(report, config.output_format, args, f"{what} on {args.nproc} process{'es' if args.nproc > 1 else ''}")
     if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
         return EXIT_FINDINGS
     return outcome.exit_code

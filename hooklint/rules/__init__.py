@@ -21,6 +21,9 @@ _RULE_MODULES = (
     "hooklint.rules.graph_only",
     "hooklint.rules.full_hook_on_caller_module",
     "hooklint.rules.runtime_only",
+    "hooklint.rules.grads_diverge_across_ranks",
+    "hooklint.rules.grad_edit_races_allreduce",
+    "hooklint.rules.param_hook_under_fsdp",
 )
 
 

@@ -314,12 +314,26 @@ class GradEditInModuleHook(Rule):
             yield self.finding(
                 ctx, first, message,
                 origin=Origin.GRAPH if fed else Origin.STATIC,
-                help="Hook the parameter instead: `param.register_hook(lambda g: ...)` changes the gradient "
+                help=_engine_help(ctx, regs, "HKL201", replace=True) or  # under DDP/FSDP2: what works there
+                "Hook the parameter instead: `param.register_hook(lambda g: ...)` changes the gradient "
                 "before it is accumulated; `param.register_post_accumulate_grad_hook(fn)` (torch >= 2.1) "
                 "runs after `.grad` holds this step's gradient.",
                 fix=_post_accumulate_fix(ctx, func, regs, accesses),
                 related=registration_notes(ctx, regs),
             )
+
+
+def _engine_help(ctx: FileContext, regs: list[Registration], code: str, replace: bool = False) -> str:
+    """The fix that works under the engine the file shows wrapping the hooked modules
+    (FSDP2 before DDP: its advice differs most); "" when it shows none.  For HKL201 it
+    replaces the help (``replace``), for HKL203 it is a sentence to add."""
+    from hooklint.static.distributed import ENGINE_HELP, engines_of_registrations
+
+    engines = engines_of_registrations(ctx, regs)
+    if not engines:
+        return ""
+    text = ENGINE_HELP[code]["fsdp2" if "fsdp2" in engines else "ddp"]
+    return text
 
 
 def _fed_by_data(ctx: FileContext, regs: list[Registration]) -> list[str]:
@@ -853,7 +867,7 @@ class PostAccumulateHookArgument(Rule):
                         ctx, write.node,
                         f"{where} receives the parameter `{param}`, not its gradient: {effect}",
                         help=f"The gradient is `{param}.grad`: edit that (`{param}.grad.mul_(...)`), "
-                        f"or all-reduce `{param}.grad`.",
+                        f"or all-reduce `{param}.grad`." + _engine_help(ctx, regs, "HKL203"),
                         related=notes,
                     )
                     reported = True
@@ -868,7 +882,7 @@ class PostAccumulateHookArgument(Rule):
                     f"{where} returns `{src(node)}`: a post-accumulate-grad hook cannot replace anything and "
                     f"must return None; torch raises `{error}` during backward",
                     help=f"Edit `{param or 'param'}.grad` in place and return nothing (in a lambda, "
-                    "`p.grad.__setitem__(idx, 0.0)` returns None; or use a `def`).",
+                    "`p.grad.__setitem__(idx, 0.0)` returns None; or use a `def`)." + _engine_help(ctx, regs, "HKL203"),
                     related=notes,
                 )
 

@@ -16,6 +16,7 @@ through untouched, and helper hooks return None.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import itertools
 import os
@@ -284,6 +285,9 @@ class Runtime:
         self.infos: dict[int, BackwardInfo] = {}
         self.helper_handles: list[torch_hooks.RemovableHandle] = []
         self._registrations = itertools.count()
+        # Layers that follow what this one sees (hooklint.runtime.distributed): installed and
+        # removed with the patches, told about registrations, hook calls and ends of backward.
+        self.extensions: list = []
 
     # -- sessions -----------------------------------------------------------
     def sessions_here(self) -> list:
@@ -353,6 +357,8 @@ class Runtime:
             session._internal_error(exc)
 
     def emit(self, sessions: list, obs) -> None:
+        for extension in self.extensions:
+            obs = extension.rewrite(obs)
         for session in sessions:
             if session.active:
                 session._observe(obs)
@@ -384,6 +390,11 @@ class Runtime:
         self._patch(nn.Parameter, "grad", patches.grad_property())
         self._patch(warnings, "warn", patches.warn(warnings.warn))
         self.original_register_hook = self.original("register_hook", torch.Tensor)
+        for name in _EXTENSIONS:
+            extension = importlib.import_module(name).extension()
+            if extension is not None:
+                extension.install(self)
+                self.extensions.append(extension)
 
     def original(self, name: str, owner: Any) -> Any:
         for patched_owner, patched_name, original, _had in self.originals:
@@ -392,6 +403,12 @@ class Runtime:
         raise KeyError(name)
 
     def _uninstall(self) -> None:
+        for extension in reversed(self.extensions):
+            try:
+                extension.uninstall(self)
+            except Exception as exc:  # noqa: BLE001 - the patches below must be put back whatever happens
+                self.internal_error(self.sessions_here(), exc)
+        self.extensions.clear()
         for owner, name, original, had in reversed(self.originals):
             if had:
                 setattr(owner, name, original)
@@ -447,6 +464,8 @@ class Runtime:
             self._join_site_group(rec, target)
             if next(self._registrations) % 1024 == 1023:
                 self._forget_dead_records()
+        for extension in self.extensions:
+            extension.hook_bound(rec)
 
     def _join_site_group(self, rec: HookRecord, target: Any) -> None:
         site = rec.site
@@ -590,6 +609,8 @@ class Runtime:
                 hooks_dict[handle_id] = _wrap(self, rec, hook)
                 self._bind(rec, handle_id, weakref.ref(hooks_dict))
                 found.append(rec)
+        for extension in self.extensions:
+            extension.adopted(module)
         return len(found)
 
     def removed(self, rec: HookRecord, caller: types.FrameType | None) -> None:
@@ -703,21 +724,28 @@ class Runtime:
             return
         on_outputs = (self.tls.outputs_warning_module == id(module) and rec.kind is HookKind.FULL_BACKWARD
                       and all(g is None for g in grads[0]))
+        arrived = []
         for access in call.accesses.values():
             param = access.param_ref()
             if param is None:
                 continue
             state = self.param_state(param)
             if state.last_task == task_id:
+                arrived.append(access)
                 continue  # its gradient had already arrived: the hook ran after accumulation
             candidate = observe.GradEditCandidate(rec, module, param, access, state, grad_of(param), on_outputs)
             if failure is not None:
                 self.emit(rec.sessions, candidate.conclude_failed(failure))
             else:
                 self.task(task_id).candidates.append(candidate)
+        if arrived and failure is None:
+            for extension in self.extensions:
+                extension.module_hook_after_accumulation(rec, module, arrived, task_id)
 
     def after_post_accumulate(self, rec: HookRecord, param: torch.Tensor, version: int, call: HookCall,
                               result: Any, before: torch.Tensor | None) -> None:
+        for extension in self.extensions:
+            extension.post_accumulate_ran(rec, param, version, call)
         if result is not None:
             self.emit(rec.sessions, observe.post_accumulate_returned(rec, param, result))
         if not isinstance(param, nn.Parameter) or id(param) in call.accesses:
@@ -798,14 +826,23 @@ class Runtime:
             if task_id is not None and not failed:
                 self._check_late_module_hooks(info, task_id)
                 if info.accumulate:
-                    for obs in observe.parameters_without_grad(info):
+                    elsewhere = self._gradient_elsewhere if self.extensions else None
+                    for obs in observe.parameters_without_grad(info, elsewhere):
                         self.emit(info.sessions, obs)
+            for extension in self.extensions:
+                try:
+                    extension.backward_ended(info, failed)
+                except Exception as exc:  # noqa: BLE001
+                    self.internal_error(info.sessions, exc)
         finally:
             if task_id is not None:
                 self.infos.pop(task_id, None)
             info.leaves = []
             info.consumers = {}
             info.caller = None
+
+    def _gradient_elsewhere(self, param: torch.Tensor) -> bool:
+        return any(extension.gradient_elsewhere(param) for extension in self.extensions)
 
     def _check_late_module_hooks(self, info: BackwardInfo, task_id: int) -> None:
         """HKL302: a module backward hook registered after the forward whose backward
@@ -886,6 +923,10 @@ _MODULE_METHODS = {
     "register_full_backward_hook": HookKind.FULL_BACKWARD,
     "register_full_backward_pre_hook": HookKind.FULL_BACKWARD_PRE,
 }
+# Modules whose `extension()` returns an object with install/uninstall, hook_bound, adopted,
+# module_hook_after_accumulation, post_accumulate_ran, backward_ended, gradient_elsewhere and
+# rewrite (or None).
+_EXTENSIONS = ("hooklint.runtime.distributed",)
 _GLOBAL_FUNCTIONS = {
     "register_module_forward_pre_hook": HookKind.FORWARD_PRE,
     "register_module_forward_hook": HookKind.FORWARD,

@@ -541,7 +541,9 @@ def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site
 # -- HKL503 ---------------------------------------------------------------------
 
 
-def parameters_without_grad(info: "BackwardInfo") -> Iterator[Observation]:
+def parameters_without_grad(info: "BackwardInfo", elsewhere=None) -> Iterator[Observation]:
+    """``elsewhere(param)``: True for a parameter whose gradient an engine moves to
+    another tensor (FSDP2's unsharded parameters: their `.grad` goes to the sharded one)."""
     roots: describe.Roots | None = None
     for param, node, slot, _seq in info.leaves:
         if not param.requires_grad:
@@ -550,6 +552,8 @@ def parameters_without_grad(info: "BackwardInfo") -> Iterator[Observation]:
 
         if grad_of(param) is not None or param._post_accumulate_grad_hooks:
             continue  # a post-accumulate hook may clear `.grad` on purpose (optimizer in backward)
+        if elsewhere is not None and elsewhere(param):
+            continue
         if roots is None:
             roots = describe.Roots.capture(info.caller)
         name = roots.parameter_name(param)
