@@ -363,8 +363,9 @@ class Dependence:
                     return None
                 deps |= sub
             elif b.kind == "for":
-                if b.node is unit:
-                    return None  # the loop's own variable: another object each iteration
+                if b.node is unit or (isinstance(b.node, ast.comprehension)
+                                      and getattr(b.node, "_hl_parent", None) is unit):
+                    return None  # the loop's (or comprehension's) own variable: another object each iteration
                 sub = self._following(b, unit, depth, self_free)
                 if sub is None:
                     return None

@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from hooklint.static.flow import block_of, executed_nodes, function_of
+from hooklint.static.flow import block_of, contains, executed_nodes, function_of, root_name
 from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
 from hooklint.static.callgraph import is_self_param
 
@@ -574,3 +574,234 @@ def _all_params(func: ast.AST) -> list[ast.arg]:
     if args.kwarg:
         out.append(args.kwarg)
     return out
+
+
+# ------------------------------------------------------------ handles overwritten by Module.apply
+
+@dataclass(frozen=True)
+class ApplyOverwrite:
+    """A registration in a function that ``module.apply(fn)`` runs on every
+    submodule, whose handle is kept under the visited module (``d[m] = h``,
+    ``m.attr = h``) with no check that the module already has one.
+    ``Module.apply`` visits a submodule once per parent that holds it, so a
+    module shared by two parents is hooked twice and the second handle
+    overwrites the first."""
+
+    apply_call: ast.Call  # the `model.apply(fn)` that runs the function
+    store: ast.AST  # the target the handle is stored in (`d[m]`, `m.attr`)
+    module_param: str
+    wrong_check: ast.Call | None = None  # `hasattr(m, "other_name")`: a check of another attribute
+
+
+def apply_overwrite(ctx: "FileContext", reg: "Registration") -> ApplyOverwrite | None:
+    func = function_of(reg.call)
+    if not isinstance(func, FunctionNode) or not isinstance(reg.receiver, ast.Name):
+        return None
+    found = _applied_with(ctx, func)
+    if found is None:
+        return None
+    apply_call, module_param = found
+    bindings = ctx.model.bindings_at(reg.receiver)
+    if reg.receiver.id != module_param or len(bindings) != 1 or bindings[0].kind != "param" \
+            or bindings[0].scope.node is not func:
+        return None
+    store = _store_under_module(ctx, reg, func, module_param)
+    if store is None:
+        return None
+    guard, wrong = _checked_before(ctx, reg.call, func, module_param, store)
+    if guard:
+        return None
+    return ApplyOverwrite(apply_call, store, module_param, wrong)
+
+
+def _applied_with(ctx: "FileContext", func: ast.AST) -> tuple[ast.Call, str] | None:
+    """The ``<module>.apply(func)`` (or ``apply(partial(func, ...))``,
+    ``apply(self.func)``) of the file, and the parameter that gets each module."""
+    from hooklint.static.values import CallableValue, ClassValue
+
+    for call in ctx.model.calls_of_method("apply"):
+        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            continue
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if isinstance(ctx.inference.infer(receiver), ClassValue):
+            continue  # autograd.Function.apply
+        target = ctx.inference.infer(call.args[0])
+        if isinstance(target, CallableValue) and target.node is func and target.params:
+            return call, target.params[0]
+    return None
+
+
+def _store_under_module(ctx: "FileContext", reg: "Registration", func: ast.AST,
+                        module_param: str) -> ast.AST | None:
+    """``d[m] = <registration>``, ``d[m] = (<registration>, ...)``, ``m.attr =
+    <registration>``, or through one local name (``h = ...; m.attr = h``):
+    the target, when ``d`` outlives the call (it is not created in ``func``)."""
+    node: ast.AST = reg.call
+    parent = getattr(node, "_hl_parent", None)
+    while isinstance(parent, (ast.Tuple, ast.List)):
+        node, parent = parent, getattr(parent, "_hl_parent", None)
+    value: ast.AST | None = None
+    if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+        target = parent.targets[0]
+        if isinstance(target, ast.Name) and node is reg.call:
+            uses = [n for n in executed_nodes(func) if isinstance(n, ast.Name) and n.id == target.id
+                    and isinstance(n.ctx, ast.Load)]
+            if len(uses) != 1:
+                return None
+            holder = getattr(uses[0], "_hl_parent", None)
+            if not (isinstance(holder, ast.Assign) and holder.value is uses[0] and len(holder.targets) == 1):
+                return None
+            value = holder.targets[0]
+        else:
+            value = target
+    if isinstance(value, ast.Subscript) and _is_name(value.slice, module_param):
+        container = root_name(value.value)
+        if container is None:
+            return None
+        if container.id == module_param:
+            return None
+        if isinstance(value.value, ast.Name):
+            created_here = [b for b in ctx.model.bindings_at(value.value) if contains(func, b.node)]
+            if created_here:
+                return None  # a dict made on each call: nothing is kept across visits
+        return value
+    if isinstance(value, ast.Attribute) and _is_name(value.value, module_param):
+        return value
+    return None
+
+
+def _is_name(expr: ast.AST, name: str) -> bool:
+    return isinstance(expr, ast.Name) and expr.id == name
+
+
+_HOOK_DICTS = frozenset({"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"})
+
+
+def _checked_before(ctx: "FileContext", node: ast.AST, func: ast.AST, module_param: str,
+                    store: ast.AST) -> tuple[bool, ast.Call | None]:
+    """(a condition on the way can skip a module seen before, a ``hasattr``
+    that checks another attribute than the one stored)."""
+    tests: list[ast.AST] = []
+    child: ast.AST = node
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not func:
+        if isinstance(cur, (ast.If, ast.While, ast.IfExp)) and child is not cur.test:
+            tests.append(cur.test)
+        if isinstance(cur, ast.stmt):
+            pos = block_of(cur)
+            if pos is not None:
+                for earlier in pos[0][:pos[1]]:
+                    if isinstance(earlier, ast.If) and any(
+                            isinstance(n, (ast.Return, ast.Continue, ast.Raise)) for n in executed_nodes(earlier)):
+                        tests.append(earlier.test)
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    stored_attr = store.attr if isinstance(store, ast.Attribute) else None
+    container = src_text(store.value) if isinstance(store, ast.Subscript) else None
+    wrong: ast.Call | None = None
+    for test in tests:
+        for sub in ast.walk(test):
+            if isinstance(sub, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in sub.ops) \
+                    and _is_module_itself(sub.left, module_param):
+                return True, None  # `m in seen`, `id(m) in done` (not `type(m) in table`)
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in ("hasattr", "getattr") \
+                    and len(sub.args) >= 2 and _is_name(sub.args[0], module_param):
+                name = sub.args[1]
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                    return True, None
+                if stored_attr is None or name.value == stored_attr:
+                    return True, None
+                wrong = sub
+            if isinstance(sub, ast.Attribute) and _is_name(sub.value, module_param) \
+                    and (sub.attr == stored_attr or sub.attr in _HOOK_DICTS):
+                return True, None
+            if container is not None and isinstance(sub, (ast.Name, ast.Attribute)) and src_text(sub) == container:
+                return True, None
+    return False, wrong
+
+
+def _is_module_itself(expr: ast.AST, name: str) -> bool:
+    if _is_name(expr, name):
+        return True
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "id" \
+        and len(expr.args) == 1 and _is_name(expr.args[0], name)
+
+
+def src_text(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001 - odd trees must not crash the linter
+        return ""
+
+
+# ------------------------------------------------------------ handles overwritten on the next run
+
+@dataclass(frozen=True)
+class OverwrittenEachRun:
+    """The handles a function's run registers end up in a name of an
+    enclosing function (``nonlocal``) or of the module (``global``), which the
+    next run assigns again: only the last run's handles can be removed."""
+
+    assignment: ast.AST  # `handles_to_remove = hook_handles`
+    name: str
+
+
+def overwritten_each_run(ctx: "FileContext", reg: "Registration", func: ast.AST) -> OverwrittenEachRun | None:
+    """``h = <registration>; hs.append(h)`` (or ``hs.append(<registration>)``)
+    with ``hs = []`` made in ``func``, then ``outer = hs`` where ``outer`` is
+    declared ``nonlocal`` or ``global`` in ``func``; or ``outer = <registration>``
+    directly.  None when the handles are removed in ``func`` or go anywhere else."""
+    scope = ctx.model.scopes.get(func)
+    if scope is None:
+        return None
+    shared = scope.nonlocals | scope.globals_
+    if not shared:
+        return None
+    parent = getattr(reg.call, "_hl_parent", None)
+    holder: ast.Name | None = None
+    if isinstance(parent, ast.Assign) and parent.value is reg.call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        if name in shared:
+            return OverwrittenEachRun(parent, name)
+        mine = [b for b in ctx.model.scopes[func].bindings.get(name, ()) if b.node is parent]
+        uses = [u for u in _loads_in(func, name) if mine and mine[0] in ctx.model.bindings_at(u)]
+        if len(uses) != 1:
+            return None
+        use_parent = getattr(uses[0], "_hl_parent", None)
+        holder = _appended_to(use_parent, uses[0])
+    elif isinstance(parent, ast.Call):
+        holder = _appended_to(parent, reg.call)
+    if holder is None or holder.id in shared:
+        return None
+    bindings = ctx.model.bindings_at(holder)
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path \
+            or not isinstance(bindings[0].value, ast.List) or bindings[0].value.elts \
+            or not contains(func, bindings[0].node):
+        return None  # not one fresh list made by this function
+    binding = bindings[0]
+    found: OverwrittenEachRun | None = None
+    for use in _loads_in(func, holder.id):
+        if binding not in ctx.model.bindings_at(use):
+            continue
+        use_parent = getattr(use, "_hl_parent", None)
+        if isinstance(use_parent, ast.Attribute) and use_parent.attr == "append":
+            continue
+        if isinstance(use_parent, ast.Assign) and use_parent.value is use and len(use_parent.targets) == 1 \
+                and isinstance(use_parent.targets[0], ast.Name) and use_parent.targets[0].id in shared:
+            found = OverwrittenEachRun(use_parent, use_parent.targets[0].id)
+            continue
+        return None  # iterated (removed?), returned, passed on: not followed
+    return found
+
+
+def _loads_in(func: ast.AST, name: str) -> list[ast.Name]:
+    return [n for n in executed_nodes(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+
+
+def _appended_to(call: ast.AST | None, item: ast.AST) -> ast.Name | None:
+    """``hs.append(item)`` as a statement: the ``hs``."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append" \
+            and call.args == [item] and isinstance(call.func.value, ast.Name) \
+            and isinstance(getattr(call, "_hl_parent", None), ast.Expr):
+        return call.func.value
+    return None
