@@ -15,7 +15,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origi
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
-from hooklint.static.handles import RemovalFlow, apply_overwrite, destination, overwritten_each_run
+from hooklint.static.handles import RemovalFlow, apply_overwrite, destination, lost_wrappers, overwritten_each_run
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
@@ -1155,6 +1155,7 @@ class HookLeak(Rule):
                 finding = analysis.inside_hook(self, reg)
             if finding is not None:
                 yield finding
+        yield from analysis.lost_wrappers(self)
         yield from analysis.unprotected_removals(self)
 
 
@@ -1246,6 +1247,49 @@ class _LeakAnalysis:
             related=[Related("`apply` runs the function on every submodule here", ctx.display_path,
                              ctx.span(found.apply_call)[0])],
         ).with_changes(severity=Severity.WARNING)
+
+    def lost_wrappers(self, rule: Rule) -> Iterable[Finding]:
+        """``W(module)`` of a class whose constructor hooks ``module`` and
+        whose ``close()`` (or the like) alone removes the hook, when the
+        object is dropped or kept where nothing calls it, in code that runs
+        again with the same module."""
+        ctx = self.ctx
+        for lost in lost_wrappers(ctx):
+            call, wrapper = lost.call, lost.wrapper
+            func = function_of(call)
+            if not isinstance(func, FunctionNode) or self.guards.guarded(call, func):
+                continue
+            reg = wrapper.registration
+            cleanup = " or ".join(f"`{name}()`" for name in wrapper.cleanup)
+            where = f"kept only in `{lost.kept_in}`" if lost.kept_in else "dropped"
+            head = (f"`{src(call.func)}(...)` registers a {_KIND_WORDS[reg.kind]} on `{src(lost.argument)}` "
+                    f"(`{wrapper.cls.name}.__init__`, line {reg.call.lineno}) whose handle only {cleanup} removes; "
+                    f"the object is {where} and nothing calls {cleanup} on it")
+            repeat: tuple[str, bool, list[Related]] | None = None
+            for loop in enclosing_loops(call):
+                if self.dependence.of(lost.argument, loop) == EMPTY and not self.guards.guarded(call, loop) \
+                        and not leaves_loop_after(call, loop):
+                    repeat = (f"on every iteration of the loop at line {loop.lineno}", True, [])
+                    break
+            if repeat is None:
+                needed = self.dependence.of(lost.argument, func)
+                if needed is None:
+                    continue
+                found = self._repeat(func, needed)
+                if found is None:
+                    continue
+                text, proven, related = found
+                cls = ctx.model.enclosing_class(func)
+                name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+                repeat = (f"each time `{name}` runs ({text})", proven, related)
+            text, proven, related = repeat
+            event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+            finding = rule.finding(
+                ctx, call, f"{head}: it runs {text}, and each run leaves one more hook that runs on every {event} "
+                f"pass", help=f"Call {cleanup} on the objects when done (a `try`/`finally`, or a context manager), "
+                f"or keep them where the caller can.",
+                related=[Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0])] + related)
+            yield finding if proven else finding.with_changes(severity=Severity.WARNING)
 
     def inside_hook(self, rule: Rule, reg: Registration) -> Finding | None:
         """A registration inside a module hook: it runs on every forward (or

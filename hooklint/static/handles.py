@@ -805,3 +805,205 @@ def _appended_to(call: ast.AST | None, item: ast.AST) -> ast.Name | None:
             and isinstance(getattr(call, "_hl_parent", None), ast.Expr):
         return call.func.value
     return None
+
+
+# ------------------------------------------------------------ wrapper objects nobody closes
+
+# Methods Python runs by itself: a removal there happens without a call.
+_AUTOMATIC_METHODS = frozenset({"__del__", "__exit__", "__aexit__", "__init__"})
+# What a caller may do with a container of wrappers without reaching their cleanup methods.
+_READ_ONLY_BUILTINS = frozenset({"list", "tuple", "len", "sorted", "reversed", "iter", "next", "enumerate"})
+
+
+@dataclass(frozen=True)
+class HookWrapper:
+    """A local class whose constructor registers a hook on a module it is
+    given, keeps the handle in ``self.<attr>`` and removes it only in
+    methods its users must call (``close()``)."""
+
+    cls: ClassInfo
+    registration: "Registration"
+    attr: str
+    param: str  # the constructor parameter that is hooked
+    cleanup: tuple[str, ...]  # the methods that remove the handle
+
+
+def hook_wrappers(ctx: "FileContext") -> dict[int, HookWrapper]:
+    """By id of the class node."""
+    from hooklint.static.outside import outside_root
+
+    out: dict[int, HookWrapper] = {}
+    for reg in ctx.hooks.registrations:
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or func.name != "__init__" or reg.receiver is None:
+            continue
+        cls = ctx.model.enclosing_class(func)
+        if cls is None or func not in cls.methods.values():
+            continue
+        dest = destination(ctx, reg)
+        if dest.kind != "attribute" or dest.owner is not cls or dest.attr is None:
+            continue
+        found = outside_root(ctx.model, ctx.inference, reg.receiver)
+        if found is None or not isinstance(found[1], ast.Name):
+            continue
+        param = found[1].id
+        if param not in positional_params(func)[1:]:
+            continue
+        cleanup: list[str] = []
+        clean = True
+        for method in cls.methods.values():
+            for node in executed_nodes(method):
+                if isinstance(node, ast.Attribute) and node.attr == dest.attr and isinstance(node.ctx, ast.Load) \
+                        and self_attribute(ctx, node) is not None:
+                    parent = getattr(node, "_hl_parent", None)
+                    call = getattr(parent, "_hl_parent", None)
+                    if isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call) \
+                            and call.func is parent:
+                        cleanup.append(method.name)  # type: ignore[attr-defined]
+                    elif not (isinstance(parent, ast.Compare)):
+                        clean = False
+        # reads in nested functions (the hook itself) and in other classes: not followed
+        if not clean or not cleanup or set(cleanup) & _AUTOMATIC_METHODS:
+            continue
+        if _attribute_read_outside_methods(ctx, cls, dest.attr):
+            continue
+        out[id(cls.node)] = HookWrapper(cls, reg, dest.attr, param, tuple(dict.fromkeys(cleanup)))
+    return out
+
+
+def _attribute_read_outside_methods(ctx: "FileContext", cls: ClassInfo, attr: str) -> bool:
+    """``<x>.<attr>`` read other than as ``self.<attr>`` in a method of ``cls``."""
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load):
+            found = self_attribute(ctx, node)
+            if found is None or found[0] is not cls:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class LostWrapper:
+    """``W(...)`` of a hook wrapper whose object ends where nothing can call
+    its cleanup method: dropped, or kept in a local container that is only
+    read for other attributes."""
+
+    call: ast.Call
+    wrapper: HookWrapper
+    argument: ast.expr  # what the call hands to the hooked parameter
+    kept_in: str | None  # the container's name, None when dropped
+
+
+def lost_wrappers(ctx: "FileContext") -> list[LostWrapper]:
+    wrappers = hook_wrappers(ctx)
+    if not wrappers:
+        return []
+    cleanup_called = {name for w in wrappers.values() for name in w.cleanup if ctx.model.method_calls.get(name)}
+    out: list[LostWrapper] = []
+    for info in {id(w.cls.node): w for w in wrappers.values()}.values():
+        if set(info.cleanup) & cleanup_called:
+            continue  # something calls `close()`: hooklint does not tell on which object
+        for call in ctx.model.name_calls.get(info.cls.name, ()):
+            bindings = ctx.model.bindings_at(call.func)  # type: ignore[arg-type]
+            if len(bindings) != 1 or bindings[0].node is not info.cls.node:
+                continue
+            argument = _argument_for(call, info)
+            if argument is None:
+                continue
+            kept = _lost_object(ctx, call, info)
+            if kept is False:
+                continue
+            out.append(LostWrapper(call, info, argument, kept))  # type: ignore[arg-type]
+    return out
+
+
+def _argument_for(call: ast.Call, info: HookWrapper) -> ast.expr | None:
+    init = function_of(info.registration.call)
+    params = positional_params(init)[1:]
+    index = params.index(info.param)
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if index < len(call.args):
+        return call.args[index]
+    for kw in call.keywords:
+        if kw.arg == info.param:
+            return kw.value
+    return None
+
+
+def _lost_object(ctx: "FileContext", call: ast.Call, info: HookWrapper) -> str | None | bool:
+    """Where the new object goes: None when dropped, the name of a local
+    container only read for other attributes, or False (it may be closed)."""
+    parent = getattr(call, "_hl_parent", None)
+    if isinstance(parent, ast.Expr):
+        return None
+    func = function_of(call)
+    if not isinstance(func, FunctionNode):
+        return False
+    holder: ast.Name | None = None
+    if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0], ast.Subscript) and isinstance(parent.targets[0].value, ast.Name):
+        holder = parent.targets[0].value
+    elif isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "append" \
+            and isinstance(parent.func.value, ast.Name) and isinstance(getattr(parent, "_hl_parent", None), ast.Expr):
+        holder = parent.func.value
+    if holder is None:
+        return False
+    bindings = ctx.model.bindings_at(holder)
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+        return False
+    binding = bindings[0]
+    if not is_mutable_container(ctx, binding.value) and not _is_ordered_dict(ctx, binding.value):  # type: ignore[arg-type]
+        return False
+    owner = binding.scope.node
+    if not isinstance(owner, FunctionNode):
+        return False
+    for node in ast.walk(owner):
+        if not (isinstance(node, ast.Name) and node.id == holder.id and isinstance(node.ctx, ast.Load)):
+            continue
+        if binding not in ctx.model.bindings_at(node):
+            continue
+        if not _read_only_use(node, info):
+            return False
+    return holder.id
+
+
+def _is_ordered_dict(ctx: "FileContext", expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Call) and not expr.args and not expr.keywords \
+        and ctx.model.qualify(expr.func) in ("collections.OrderedDict", "collections.defaultdict")
+
+
+def _read_only_use(node: ast.Name, info: HookWrapper) -> bool:
+    """``d[k] = W(...)``, ``d[k].attr``, ``k in d``, ``list(d.values())[-1].attr``,
+    ``d.append(W(...))``: uses that reach no cleanup method of the objects."""
+    parent = getattr(node, "_hl_parent", None)
+    if isinstance(parent, ast.Compare) and node in parent.comparators:
+        return True
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        if isinstance(parent.ctx, ast.Store):
+            return True
+        return _element_read(parent, info)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        call = getattr(parent, "_hl_parent", None)
+        if parent.attr == "append" and isinstance(call, ast.Call) and call.func is parent:
+            return True
+        if parent.attr in ("values", "items", "keys") and isinstance(call, ast.Call) and call.func is parent:
+            outer = getattr(call, "_hl_parent", None)
+            if parent.attr == "keys":
+                return True
+            if isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name) and outer.func.id in _READ_ONLY_BUILTINS:
+                if outer.func.id == "len":
+                    return True
+                sub = getattr(outer, "_hl_parent", None)
+                return isinstance(sub, ast.Subscript) and sub.value is outer and _element_read(sub, info)
+        return False
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
+        return True
+    return False
+
+
+def _element_read(element: ast.AST, info: HookWrapper) -> bool:
+    """An element of the container, then an attribute of it that is not a
+    cleanup method (``features[name].features``)."""
+    parent = getattr(element, "_hl_parent", None)
+    return isinstance(parent, ast.Attribute) and parent.value is element and parent.attr not in info.cleanup \
+        and isinstance(parent.ctx, ast.Load) and not isinstance(getattr(parent, "_hl_parent", None), ast.Call)
