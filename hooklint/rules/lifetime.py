@@ -1170,6 +1170,8 @@ class _LeakAnalysis:
         self.guards = ctx.summarizer.guards
         self._loads: tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]] | None = None
         self._self_classes: dict[int, ClassInfo | None] = {}
+        # registrations whose handle is lost only in some runs (a hook that removes itself when it runs)
+        self.conditional_fates: set[int] = set()
 
     def _load_index(self) -> tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]]:
         """Every read of a name and of an attribute in the file, by name (built once)."""
@@ -1215,7 +1217,7 @@ class _LeakAnalysis:
         cls = self.ctx.model.enclosing_class(func)
         name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
         finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
-        if not proven:
+        if not proven or id(reg.call) in self.conditional_fates:  # a hook that removes itself leaks only unrun
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
 
@@ -1509,6 +1511,7 @@ class _LeakAnalysis:
             removals.append(call)
         if not removals:
             return None
+        self.conditional_fates.add(id(reg.call))
         event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
         return (f"its handle, `{src(stored)}`, is removed only by the hook itself (line {removals[0].lineno}), when "
                 f"it runs: a module whose {event} never runs (a layer the input does not reach) keeps it")

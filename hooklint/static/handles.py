@@ -876,7 +876,9 @@ def _attribute_read_outside_methods(ctx: "FileContext", cls: ClassInfo, attr: st
     for node in ast.walk(ctx.tree):
         if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load):
             found = self_attribute(ctx, node)
-            if found is None or found[0] is not cls:
+            if found is None:
+                return True  # `obj.handle`: another object's, or a wrapper's read from outside
+            if found[0] is not cls and (cls in found[0].local_bases or found[0] in cls.local_bases):
                 return True
     return False
 
