@@ -1364,10 +1364,14 @@ class _LeakAnalysis:
                 risky = src(found.risky.func)
                 removal = src(found.removal)
                 hooks = " and ".join(sorted({_hook_words(r) for r in regs}))
+                # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
+                stacks = not any(self.guards.guarded(anchor, func) for anchor in found.anchors)
                 message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
                            f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: it "
-                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module, "
-                           f"and every later call adds more")
+                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module"
+                           + (", and every later call adds more" if stacks else
+                              " (a later call does not register them again, but they keep running until it "
+                              "succeeds)"))
                 yield rule.finding(
                     ctx, found.removal, message,
                     help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",

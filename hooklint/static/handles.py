@@ -229,6 +229,7 @@ class UnprotectedRemoval:
     registrations: tuple["Registration", ...]
     risky: ast.Call  # the call between them that runs the caller's code
     function: ast.AST
+    anchors: tuple[ast.Call, ...] = ()  # the calls in `function` that register them (directly or through a helper)
 
 
 class RemovalFlow:
@@ -416,13 +417,14 @@ class RemovalFlow:
             if kind == "reg":
                 pending.setdefault(key, []).append((order, item, anchor))
                 continue
-            regs = [(o, r) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
+            regs = [(o, r, at) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
             if not regs:
                 continue
-            first = min(o for o, _r in regs)
+            first = min(o for o, _r, _at in regs)
             risky = self._risky_call(calls[first + 1:order], func)
             if risky is not None and not _protected(self, item, risky, func, key):
-                out.append(UnprotectedRemoval(item, tuple(r for _o, r in regs), risky, func))
+                out.append(UnprotectedRemoval(item, tuple(r for _o, r, _at in regs), risky, func,
+                                              tuple(dict.fromkeys(at for _o, _r, at in regs))))
         return out
 
     def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
