@@ -488,6 +488,15 @@ class LegacyHookGradInput(Rule):
         "def prepare(model):\n"
         "    for m in model.modules():\n"
         "        m.register_backward_hook(clip)\n",
+        # grad_input handed unchanged to callbacks registered at run time (autograd-lib), or returned as it came
+        "CALLBACKS = []\n"
+        "def dispatch(module, grad_input, grad_output):\n"
+        "    for callback in CALLBACKS:\n"
+        "        callback(module, grad_input, grad_output)\n"
+        "    return grad_input\n"
+        "def register(model):\n"
+        "    for m in model.modules():\n"
+        "        m.register_backward_hook(dispatch)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -555,7 +564,7 @@ class LegacyHookGradInput(Rule):
         if gi is None:
             return None
         uses = grad_input_uses(ctx, reg, gi)
-        if not uses:
+        if not uses or all(_passes_on_unchanged(ctx, use) for use in uses):
             return None
         first = uses[0]
         what = _use_kind(first)
@@ -654,6 +663,25 @@ def grad_input_uses(ctx: FileContext, reg: Registration, gi: str) -> list[ast.Na
             continue
         kept.append(use)
     return kept
+
+
+def _passes_on_unchanged(ctx: FileContext, use: ast.Name) -> bool:
+    """``return grad_input`` as it came (the legacy hook then changes
+    nothing), or ``grad_input`` handed as it is to callbacks taken from a
+    container at run time (``for hook in hooks: hook(m, grad_input, grad_output)``):
+    what they do with it is theirs, and the code is not in sight."""
+    parent = getattr(use, "_hl_parent", None)
+    if isinstance(parent, ast.Return):
+        return True
+    if isinstance(parent, ast.keyword):
+        parent = getattr(parent, "_hl_parent", None)
+    if not (isinstance(parent, ast.Call) and (use in parent.args or any(k.value is use for k in parent.keywords))):
+        return False
+    callee = parent.func
+    if not isinstance(callee, ast.Name):
+        return False
+    bindings = ctx.model.bindings_at(callee)
+    return bool(bindings) and all(b.kind == "for" for b in bindings)
 
 
 def site_notes(ctx: FileContext, group: list[Registration], limit: int = 4) -> list[Related]:

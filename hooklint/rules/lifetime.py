@@ -15,7 +15,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origi
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
-from hooklint.static.handles import RemovalFlow, destination
+from hooklint.static.handles import RemovalFlow, apply_overwrite, destination, lost_wrappers, overwritten_each_run
 from hooklint.static.flow import (
     BackwardCall,
     BackwardFinder,
@@ -1148,8 +1148,13 @@ class HookLeak(Rule):
         analysis = _LeakAnalysis(ctx)
         for reg in ctx.hooks.registrations:
             finding = analysis.check(self, reg)
+            if finding is None:
+                finding = analysis.apply_overwrite(self, reg)
+            if finding is None:
+                finding = analysis.inside_hook(self, reg)
             if finding is not None:
                 yield finding
+        yield from analysis.lost_wrappers(self)
         yield from analysis.unprotected_removals(self)
 
 
@@ -1164,6 +1169,8 @@ class _LeakAnalysis:
         self.guards = ctx.summarizer.guards
         self._loads: tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]] | None = None
         self._self_classes: dict[int, ClassInfo | None] = {}
+        # registrations whose handle is lost only in some runs (a hook that removes itself when it runs)
+        self.conditional_fates: set[int] = set()
 
     def _load_index(self) -> tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]]:
         """Every read of a name and of an attribute in the file, by name (built once)."""
@@ -1209,9 +1216,125 @@ class _LeakAnalysis:
         cls = self.ctx.model.enclosing_class(func)
         name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
         finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
-        if not proven:
+        if not proven or id(reg.call) in self.conditional_fates:  # a hook that removes itself leaks only unrun
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
+
+    def apply_overwrite(self, rule: Rule, reg: Registration) -> Finding | None:
+        """A handle kept under the module that ``model.apply(fn)`` visits, with
+        no check for one already there: a submodule shared by two parents is
+        visited twice and its first handle is lost (a warning: it needs a
+        shared submodule)."""
+        found = apply_overwrite(self.ctx, reg)
+        if found is None:
+            return None
+        ctx = self.ctx
+        applied = src(found.apply_call.func.value)  # type: ignore[attr-defined]
+        store = src(found.store)
+        checked = ""
+        if found.wrong_check is not None:
+            checked = (f" (`{src(found.wrong_check)}` at line {found.wrong_check.lineno} checks another attribute "
+                       f"than `{store}`)")
+        message = (f"{_hook_words(reg)} is registered on `{found.module_param}` for each submodule of `{applied}` "
+                   f"(`{src(found.apply_call)}` at line {found.apply_call.lineno}) and its handle is kept in "
+                   f"`{store}` with no check for a handle already there{checked}: `Module.apply` visits a submodule "
+                   f"once per parent that holds it, so a module shared by two parents (one activation instance "
+                   f"reused across layers) is hooked twice and the second handle overwrites the first; that first "
+                   f"hook can never be removed and keeps running in every later forward")
+        return rule.finding(
+            ctx, reg.name_node, message, name_only=True,
+            help=f"Skip modules already hooked (`if {found.module_param} in ...: return`, or a `hasattr` check of "
+                 f"the attribute you store), or iterate `{applied}.modules()`, which yields each module once.",
+            related=[Related("`apply` runs the function on every submodule here", ctx.display_path,
+                             ctx.span(found.apply_call)[0])],
+        ).with_changes(severity=Severity.WARNING)
+
+    def lost_wrappers(self, rule: Rule) -> Iterable[Finding]:
+        """``W(module)`` of a class whose constructor hooks ``module`` and
+        whose ``close()`` (or the like) alone removes the hook, when the
+        object is dropped or kept where nothing calls it, in code that runs
+        again with the same module."""
+        ctx = self.ctx
+        for lost in lost_wrappers(ctx):
+            call, wrapper = lost.call, lost.wrapper
+            func = function_of(call)
+            if not isinstance(func, FunctionNode) or self.guards.guarded(call, func):
+                continue
+            reg = wrapper.registration
+            cleanup = " or ".join(f"`{name}()`" for name in wrapper.cleanup)
+            where = f"kept only in `{lost.kept_in}`" if lost.kept_in else "dropped"
+            head = (f"`{src(call.func)}(...)` registers a {_KIND_WORDS[reg.kind]} on `{src(lost.argument)}` "
+                    f"(`{wrapper.cls.name}.__init__`, line {reg.call.lineno}) whose handle only {cleanup} removes; "
+                    f"the object is {where} and nothing calls {cleanup} on it")
+            repeat: tuple[str, bool, list[Related]] | None = None
+            for loop in enclosing_loops(call):
+                if self.dependence.of(lost.argument, loop) == EMPTY and not self.guards.guarded(call, loop) \
+                        and not leaves_loop_after(call, loop):
+                    repeat = (f"on every iteration of the loop at line {loop.lineno}", True, [])
+                    break
+            if repeat is None:
+                needed = self.dependence.of(lost.argument, func)
+                if needed is None:
+                    continue
+                found = self._repeat(func, needed)
+                if found is None:
+                    continue
+                text, proven, related = found
+                cls = ctx.model.enclosing_class(func)
+                name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+                repeat = (f"each time `{name}` runs ({text})", proven, related)
+            text, proven, related = repeat
+            event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+            finding = rule.finding(
+                ctx, call, f"{head}: it runs {text}, and each run leaves one more hook that runs on every {event} "
+                f"pass", help=f"Call {cleanup} on the objects when done (a `try`/`finally`, or a context manager), "
+                f"or keep them where the caller can.",
+                related=[Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0])] + related)
+            yield finding if proven else finding.with_changes(severity=Severity.WARNING)
+
+    def inside_hook(self, rule: Rule, reg: Registration) -> Finding | None:
+        """A registration inside a module hook: it runs on every forward (or
+        backward) of that module, and its handles end up where the next run
+        overwrites them, or nowhere (a warning: it needs two passes before the
+        handles are removed)."""
+        ctx = self.ctx
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or reg.receiver is None or reg.hook_expr is None:
+            return None
+        outer = [r for r in ctx.hooks.registrations if r.hook is not None and r.hook.node is func
+                 and r.kind.is_module and r.receiver is not None]
+        if not outer:
+            return None
+        params = positional_params(func)
+        bound = outer[0].hook.bound if outer[0].hook is not None else 0
+        module_param = params[bound] if len(params) > bound else None  # every module hook gets its module first
+        target = self.dependence.of(reg.receiver, func)
+        if target is None or not target <= ({module_param} if module_param else set()):
+            return None  # another object on each run
+        if self.guards.guarded(reg.call, func):
+            return None
+        parent = getattr(reg.call, "_hl_parent", None)
+        if isinstance(parent, ast.Expr):
+            fate = "its handle is discarded"
+        else:
+            kept = overwritten_each_run(ctx, reg, func)
+            if kept is None:
+                return None
+            fate = (f"its handle ends up in `{kept.name}` (line {kept.assignment.lineno}), which the next run "
+                    f"overwrites: only the handles of the last run can be removed")
+        first = outer[0]
+        event = "forward" if first.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+        message = (f"{_hook_words(reg)} is registered on {reg.describe_target()} inside `{func.name}`, which is "
+                   f"itself a {_KIND_WORDS[first.kind]} on `{first.receiver_text}` (line {first.call.lineno}) and "
+                   f"runs on every {event} pass of it, and {fate}: each pass adds one more hook, after N passes "
+                   f"it runs N times")
+        return rule.finding(
+            ctx, reg.name_node, message, name_only=True,
+            help="Register the inner hooks once, outside the hook, or remove them in the same run "
+                 "(`try`/`finally` around the work that needs them).",
+            related=[Related("the hook that runs this code is registered here", ctx.display_path,
+                             ctx.span(first.call)[0])],
+        ).with_changes(severity=Severity.WARNING)
 
     def unprotected_removals(self, rule: Rule) -> Iterable[Finding]:
         """Hooks on the caller's modules removed after the caller's code ran,
@@ -1240,10 +1363,14 @@ class _LeakAnalysis:
                 risky = src(found.risky.func)
                 removal = src(found.removal)
                 hooks = " and ".join(sorted({_hook_words(r) for r in regs}))
+                # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
+                stacks = not any(self.guards.guarded(anchor, func) for anchor in found.anchors)
                 message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
                            f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: it "
-                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module, "
-                           f"and every later call adds more")
+                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module"
+                           + (", and every later call adds more" if stacks else
+                              " (a later call does not register them again, but they keep running until it "
+                              "succeeds)"))
                 yield rule.finding(
                     ctx, found.removal, message,
                     help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
@@ -1321,11 +1448,17 @@ class _LeakAnalysis:
         target = _single_name_target(parent, reg.call) if parent is not None else None
         if target is not None:
             return self._name_handle_fate(target, parent, unit)  # type: ignore[arg-type]
+        if isinstance(parent, ast.Return):
+            # `return m.register_...(hook)` from a method, stored by the caller: `self.h = self._register()`
+            stored = self._stored_from_method(reg)
+            if stored is None:
+                return None
+            return self._self_removing_fate(reg, stored)
         if isinstance(parent, ast.Assign) and parent.value is reg.call and len(parent.targets) == 1 \
                 and isinstance(parent.targets[0], ast.Attribute):
             attr = parent.targets[0].attr
             if self._attribute_read_elsewhere(attr, parent.targets[0]):
-                return None
+                return self._self_removing_fate(reg, parent.targets[0])
             return f"its handle is stored in `{src(parent.targets[0])}` and never removed"
         if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "append" \
                 and isinstance(getattr(parent, "_hl_parent", None), ast.Expr):
@@ -1340,6 +1473,51 @@ class _LeakAnalysis:
                     return None
                 return f"its handle is appended to `{holder.id}`, whose handles are never removed"
         return None
+
+    def _stored_from_method(self, reg: Registration) -> ast.Attribute | None:
+        """``self.<attr> = self.<method>()`` where ``method`` returns the
+        registration: the ``self.<attr>`` (the only caller of the method)."""
+        func = function_of(reg.call)
+        cls = self.ctx.model.enclosing_class(func) if isinstance(func, FunctionNode) else None
+        if cls is None or func not in cls.methods.values():
+            return None
+        returns = [n for n in executed_nodes(func) if isinstance(n, ast.Return)]
+        if len(returns) != 1:
+            return None
+        calls = [c for c in self.ctx.model.method_calls.get(func.name, ())  # type: ignore[union-attr]
+                 if self._self_class(c.func) is cls]
+        if len(calls) != 1:
+            return None
+        holder = getattr(calls[0], "_hl_parent", None)
+        if isinstance(holder, ast.Assign) and holder.value is calls[0] and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0], ast.Attribute) and self._self_class(holder.targets[0]) is cls:
+            return holder.targets[0]
+        return None
+
+    def _self_removing_fate(self, reg: Registration, stored: ast.Attribute) -> str | None:
+        """Every read of the stored handle is ``self.<attr>.remove()`` in the
+        hook's own body: the hook is removed only if it runs."""
+        hook = reg.hook
+        if hook is None or reg.kind not in (HookKind.FORWARD, HookKind.FORWARD_PRE) or reg.receiver is None:
+            return None
+        owner = self._self_class(stored)
+        removals = []
+        for node in self._load_index()[1].get(stored.attr, ()):
+            other = self._self_class(node)
+            if owner is not None and other is not None and other is not owner and not _related_classes(owner, other):
+                continue
+            parent = getattr(node, "_hl_parent", None)
+            call = getattr(parent, "_hl_parent", None)
+            if not (isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call)
+                    and call.func is parent and contains(hook.node, call)):
+                return None
+            removals.append(call)
+        if not removals:
+            return None
+        self.conditional_fates.add(id(reg.call))
+        event = "forward" if reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+        return (f"its handle, `{src(stored)}`, is removed only by the hook itself (line {removals[0].lineno}), when "
+                f"it runs: a module whose {event} never runs (a layer the input does not reach) keeps it")
 
     def _name_handle_fate(self, target: ast.Name, stmt: ast.stmt, unit: ast.AST) -> str | None:
         ctx = self.ctx

@@ -363,8 +363,9 @@ class Dependence:
                     return None
                 deps |= sub
             elif b.kind == "for":
-                if b.node is unit:
-                    return None  # the loop's own variable: another object each iteration
+                if b.node is unit or (isinstance(b.node, ast.comprehension)
+                                      and getattr(b.node, "_hl_parent", None) is unit):
+                    return None  # the loop's (or comprehension's) own variable: another object each iteration
                 sub = self._following(b, unit, depth, self_free)
                 if sub is None:
                     return None
@@ -485,6 +486,7 @@ class Guards:
         self.model = model
         self.units = units or UnitFacts(model)
         self._set_outside_init: set[str] | None = None
+        self._set_anywhere: set[str] | None = None
         self._exits: dict[int, bool] = {}
         self._guard_like: dict[tuple[int, int], bool] = {}
 
@@ -519,11 +521,37 @@ class Guards:
             for sub in _flag_reads(test):
                 if isinstance(sub, ast.Name) and sub.id in guard_names \
                         or isinstance(sub, ast.Attribute) and sub.attr in guard_attrs \
-                        or isinstance(sub, ast.Call):
+                        or isinstance(sub, ast.Call) and not self._capability_check(sub):
                     found = True
                     break
             self._guard_like[key] = found
         return found
+
+    def _capability_check(self, call: ast.Call) -> bool:
+        """``hasattr(net, "_modules")``: a test of what an object is, not a
+        flag, when no code of the file sets an attribute of that name (a
+        flag is one the code sets: ``hasattr(m, "__flops_handle__")``)."""
+        if not (isinstance(call.func, ast.Name) and call.func.id == "hasattr" and len(call.args) == 2):
+            return False
+        name = call.args[1]
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return False
+        stored = self.attributes_set_anywhere()
+        return "*" not in stored and name.value not in stored
+
+    def attributes_set_anywhere(self) -> set[str]:
+        """Attribute names the file stores (``x.name = ...``, ``setattr(x, "name", ...)``)."""
+        if self._set_anywhere is None:
+            found: set[str] = set()
+            for node in getattr(self.model, "_visited", ()):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    found.add(node.attr)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                        and len(node.args) >= 2:
+                    name = node.args[1]
+                    found.add(name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else "*")
+            self._set_anywhere = found
+        return self._set_anywhere
 
     def exits(self, stmt: ast.If) -> bool:
         found = self._exits.get(id(stmt))

@@ -50,6 +50,9 @@ def dead_on_current_torch(model: SemanticModel, node: ast.AST) -> str | None:
         if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
             decided = decide(model, parent.test)
             in_body = _in(child, parent.body)
+            constant = module_constant(model, parent.test) if isinstance(parent.test, ast.Name) else None
+            if constant is not None and decided is (not in_body):
+                return f"`{parent.test.id}` is the module constant {constant}"  # type: ignore[attr-defined]
             if decided is False and in_body:
                 return f"`{_src(parent.test)}` is false on torch >= 1.8"
             if decided is True and not in_body:
@@ -98,8 +101,30 @@ def decide(model: SemanticModel, test: ast.AST, depth: int = 0) -> bool | None:
         bindings = model.bindings_at(test) if hasattr(test, "_hl_scope") else []
         if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
                 and isinstance(bindings[0].value, ast.expr):
+            constant = module_constant(model, test)
+            if constant is not None:
+                return constant
             return decide(model, bindings[0].value, depth + 1)
     return None
+
+
+def module_constant(model: SemanticModel, name: ast.Name) -> bool | None:
+    """``ENABLE_HOOKS = False`` at module level, bound once, named as a
+    constant and never declared ``global`` in the file: a switch the code
+    ships turned off (or on).  None for anything else."""
+    if not name.id.isupper() or not hasattr(name, "_hl_scope"):
+        return None
+    bindings = model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].scope is not model.module_scope or bindings[0].kind != "assign" \
+            or bindings[0].path:
+        return None
+    value = bindings[0].value
+    if not (isinstance(value, ast.Constant) and isinstance(value.value, bool)):
+        return None
+    if len(model.module_scope.bindings.get(name.id, ())) != 1 or any(
+            name.id in scope.globals_ for scope in model.scopes.values()):
+        return None
+    return value.value
 
 
 def _decide_call(model: SemanticModel, call: ast.Call, depth: int) -> bool | None:

@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from hooklint.static.flow import block_of, executed_nodes, function_of
+from hooklint.static.flow import block_of, contains, executed_nodes, function_of, root_name
 from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
 from hooklint.static.callgraph import is_self_param
 
@@ -229,6 +229,7 @@ class UnprotectedRemoval:
     registrations: tuple["Registration", ...]
     risky: ast.Call  # the call between them that runs the caller's code
     function: ast.AST
+    anchors: tuple[ast.Call, ...] = ()  # the calls in `function` that register them (directly or through a helper)
 
 
 class RemovalFlow:
@@ -416,13 +417,14 @@ class RemovalFlow:
             if kind == "reg":
                 pending.setdefault(key, []).append((order, item, anchor))
                 continue
-            regs = [(o, r) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
+            regs = [(o, r, at) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
             if not regs:
                 continue
-            first = min(o for o, _r in regs)
+            first = min(o for o, _r, _at in regs)
             risky = self._risky_call(calls[first + 1:order], func)
             if risky is not None and not _protected(self, item, risky, func, key):
-                out.append(UnprotectedRemoval(item, tuple(r for _o, r in regs), risky, func))
+                out.append(UnprotectedRemoval(item, tuple(r for _o, r, _at in regs), risky, func,
+                                              tuple(dict.fromkeys(at for _o, _r, at in regs))))
         return out
 
     def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
@@ -574,3 +576,438 @@ def _all_params(func: ast.AST) -> list[ast.arg]:
     if args.kwarg:
         out.append(args.kwarg)
     return out
+
+
+# ------------------------------------------------------------ handles overwritten by Module.apply
+
+@dataclass(frozen=True)
+class ApplyOverwrite:
+    """A registration in a function that ``module.apply(fn)`` runs on every
+    submodule, whose handle is kept under the visited module (``d[m] = h``,
+    ``m.attr = h``) with no check that the module already has one.
+    ``Module.apply`` visits a submodule once per parent that holds it, so a
+    module shared by two parents is hooked twice and the second handle
+    overwrites the first."""
+
+    apply_call: ast.Call  # the `model.apply(fn)` that runs the function
+    store: ast.AST  # the target the handle is stored in (`d[m]`, `m.attr`)
+    module_param: str
+    wrong_check: ast.Call | None = None  # `hasattr(m, "other_name")`: a check of another attribute
+
+
+def apply_overwrite(ctx: "FileContext", reg: "Registration") -> ApplyOverwrite | None:
+    func = function_of(reg.call)
+    if not isinstance(func, FunctionNode) or not isinstance(reg.receiver, ast.Name):
+        return None
+    found = _applied_with(ctx, func)
+    if found is None:
+        return None
+    apply_call, module_param = found
+    bindings = ctx.model.bindings_at(reg.receiver)
+    if reg.receiver.id != module_param or len(bindings) != 1 or bindings[0].kind != "param" \
+            or bindings[0].scope.node is not func:
+        return None
+    store = _store_under_module(ctx, reg, func, module_param)
+    if store is None:
+        return None
+    guard, wrong = _checked_before(ctx, reg.call, func, module_param, store)
+    if guard:
+        return None
+    return ApplyOverwrite(apply_call, store, module_param, wrong)
+
+
+def _applied_with(ctx: "FileContext", func: ast.AST) -> tuple[ast.Call, str] | None:
+    """The ``<module>.apply(func)`` (or ``apply(partial(func, ...))``,
+    ``apply(self.func)``) of the file, and the parameter that gets each module."""
+    from hooklint.static.values import CallableValue, ClassValue
+
+    for call in ctx.model.calls_of_method("apply"):
+        if len(call.args) != 1 or call.keywords or isinstance(call.args[0], ast.Starred):
+            continue
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if isinstance(ctx.inference.infer(receiver), ClassValue):
+            continue  # autograd.Function.apply
+        target = ctx.inference.infer(call.args[0])
+        if isinstance(target, CallableValue) and target.node is func and target.params:
+            return call, target.params[0]
+    return None
+
+
+def _store_under_module(ctx: "FileContext", reg: "Registration", func: ast.AST,
+                        module_param: str) -> ast.AST | None:
+    """``d[m] = <registration>``, ``d[m] = (<registration>, ...)``, ``m.attr =
+    <registration>``, or through one local name (``h = ...; m.attr = h``):
+    the target, when ``d`` outlives the call (it is not created in ``func``)."""
+    node: ast.AST = reg.call
+    parent = getattr(node, "_hl_parent", None)
+    while isinstance(parent, (ast.Tuple, ast.List)):
+        node, parent = parent, getattr(parent, "_hl_parent", None)
+    value: ast.AST | None = None
+    if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+        target = parent.targets[0]
+        if isinstance(target, ast.Name) and node is reg.call:
+            uses = [n for n in executed_nodes(func) if isinstance(n, ast.Name) and n.id == target.id
+                    and isinstance(n.ctx, ast.Load)]
+            if len(uses) != 1:
+                return None
+            holder = getattr(uses[0], "_hl_parent", None)
+            if not (isinstance(holder, ast.Assign) and holder.value is uses[0] and len(holder.targets) == 1):
+                return None
+            value = holder.targets[0]
+        else:
+            value = target
+    if isinstance(value, ast.Subscript) and _is_name(value.slice, module_param):
+        container = root_name(value.value)
+        if container is None:
+            return None
+        if container.id == module_param:
+            return None
+        if isinstance(value.value, ast.Name):
+            created_here = [b for b in ctx.model.bindings_at(value.value) if contains(func, b.node)]
+            if created_here:
+                return None  # a dict made on each call: nothing is kept across visits
+        return value
+    if isinstance(value, ast.Attribute) and _is_name(value.value, module_param):
+        return value
+    return None
+
+
+def _is_name(expr: ast.AST, name: str) -> bool:
+    return isinstance(expr, ast.Name) and expr.id == name
+
+
+_HOOK_DICTS = frozenset({"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"})
+
+
+def _checked_before(ctx: "FileContext", node: ast.AST, func: ast.AST, module_param: str,
+                    store: ast.AST) -> tuple[bool, ast.Call | None]:
+    """(a condition on the way can skip a module seen before, a ``hasattr``
+    that checks another attribute than the one stored)."""
+    tests: list[ast.AST] = []
+    child: ast.AST = node
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not func:
+        if isinstance(cur, (ast.If, ast.While, ast.IfExp)) and child is not cur.test:
+            tests.append(cur.test)
+        if isinstance(cur, ast.stmt):
+            pos = block_of(cur)
+            if pos is not None:
+                for earlier in pos[0][:pos[1]]:
+                    if isinstance(earlier, ast.If) and any(
+                            isinstance(n, (ast.Return, ast.Continue, ast.Raise)) for n in executed_nodes(earlier)):
+                        tests.append(earlier.test)
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    stored_attr = store.attr if isinstance(store, ast.Attribute) else None
+    container = src_text(store.value) if isinstance(store, ast.Subscript) else None
+    wrong: ast.Call | None = None
+    for test in tests:
+        for sub in ast.walk(test):
+            if isinstance(sub, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in sub.ops) \
+                    and _is_module_itself(sub.left, module_param):
+                return True, None  # `m in seen`, `id(m) in done` (not `type(m) in table`)
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in ("hasattr", "getattr") \
+                    and len(sub.args) >= 2 and _is_name(sub.args[0], module_param):
+                name = sub.args[1]
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                    return True, None
+                if stored_attr is None or name.value == stored_attr:
+                    return True, None
+                wrong = sub
+            if isinstance(sub, ast.Attribute) and _is_name(sub.value, module_param) \
+                    and (sub.attr == stored_attr or sub.attr in _HOOK_DICTS):
+                return True, None
+            if container is not None and isinstance(sub, (ast.Name, ast.Attribute)) and src_text(sub) == container:
+                return True, None
+    return False, wrong
+
+
+def _is_module_itself(expr: ast.AST, name: str) -> bool:
+    if _is_name(expr, name):
+        return True
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "id" \
+        and len(expr.args) == 1 and _is_name(expr.args[0], name)
+
+
+def src_text(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001 - odd trees must not crash the linter
+        return ""
+
+
+# ------------------------------------------------------------ handles overwritten on the next run
+
+@dataclass(frozen=True)
+class OverwrittenEachRun:
+    """The handles a function's run registers end up in a name of an
+    enclosing function (``nonlocal``) or of the module (``global``), which the
+    next run assigns again: only the last run's handles can be removed."""
+
+    assignment: ast.AST  # `handles_to_remove = hook_handles`
+    name: str
+
+
+def overwritten_each_run(ctx: "FileContext", reg: "Registration", func: ast.AST) -> OverwrittenEachRun | None:
+    """``h = <registration>; hs.append(h)`` (or ``hs.append(<registration>)``)
+    with ``hs = []`` made in ``func``, then ``outer = hs`` where ``outer`` is
+    declared ``nonlocal`` or ``global`` in ``func``; or ``outer = <registration>``
+    directly.  None when the handles are removed in ``func`` or go anywhere else."""
+    scope = ctx.model.scopes.get(func)
+    if scope is None:
+        return None
+    shared = scope.nonlocals | scope.globals_
+    if not shared:
+        return None
+    parent = getattr(reg.call, "_hl_parent", None)
+    holder: ast.Name | None = None
+    if isinstance(parent, ast.Assign) and parent.value is reg.call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        if name in shared:
+            return OverwrittenEachRun(parent, name)
+        mine = [b for b in ctx.model.scopes[func].bindings.get(name, ()) if b.node is parent]
+        uses = [u for u in _loads_in(func, name) if mine and mine[0] in ctx.model.bindings_at(u)]
+        if len(uses) != 1:
+            return None
+        use_parent = getattr(uses[0], "_hl_parent", None)
+        holder = _appended_to(use_parent, uses[0])
+    elif isinstance(parent, ast.Call):
+        holder = _appended_to(parent, reg.call)
+    if holder is None or holder.id in shared:
+        return None
+    bindings = ctx.model.bindings_at(holder)
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path \
+            or not isinstance(bindings[0].value, ast.List) or bindings[0].value.elts \
+            or not contains(func, bindings[0].node):
+        return None  # not one fresh list made by this function
+    binding = bindings[0]
+    found: OverwrittenEachRun | None = None
+    for use in _loads_in(func, holder.id):
+        if binding not in ctx.model.bindings_at(use):
+            continue
+        use_parent = getattr(use, "_hl_parent", None)
+        if isinstance(use_parent, ast.Attribute) and use_parent.attr == "append":
+            continue
+        if isinstance(use_parent, ast.Assign) and use_parent.value is use and len(use_parent.targets) == 1 \
+                and isinstance(use_parent.targets[0], ast.Name) and use_parent.targets[0].id in shared:
+            found = OverwrittenEachRun(use_parent, use_parent.targets[0].id)
+            continue
+        return None  # iterated (removed?), returned, passed on: not followed
+    return found
+
+
+def _loads_in(func: ast.AST, name: str) -> list[ast.Name]:
+    return [n for n in executed_nodes(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+
+
+def _appended_to(call: ast.AST | None, item: ast.AST) -> ast.Name | None:
+    """``hs.append(item)`` as a statement: the ``hs``."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "append" \
+            and call.args == [item] and isinstance(call.func.value, ast.Name) \
+            and isinstance(getattr(call, "_hl_parent", None), ast.Expr):
+        return call.func.value
+    return None
+
+
+# ------------------------------------------------------------ wrapper objects nobody closes
+
+# Methods Python runs by itself: a removal there happens without a call.
+_AUTOMATIC_METHODS = frozenset({"__del__", "__exit__", "__aexit__", "__init__"})
+# What a caller may do with a container of wrappers without reaching their cleanup methods.
+_READ_ONLY_BUILTINS = frozenset({"list", "tuple", "len", "sorted", "reversed", "iter", "next", "enumerate"})
+
+
+@dataclass(frozen=True)
+class HookWrapper:
+    """A local class whose constructor registers a hook on a module it is
+    given, keeps the handle in ``self.<attr>`` and removes it only in
+    methods its users must call (``close()``)."""
+
+    cls: ClassInfo
+    registration: "Registration"
+    attr: str
+    param: str  # the constructor parameter that is hooked
+    cleanup: tuple[str, ...]  # the methods that remove the handle
+
+
+def hook_wrappers(ctx: "FileContext") -> dict[int, HookWrapper]:
+    """By id of the class node."""
+    from hooklint.static.outside import outside_root
+
+    out: dict[int, HookWrapper] = {}
+    for reg in ctx.hooks.registrations:
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or func.name != "__init__" or reg.receiver is None:
+            continue
+        cls = ctx.model.enclosing_class(func)
+        if cls is None or func not in cls.methods.values():
+            continue
+        dest = destination(ctx, reg)
+        if dest.kind != "attribute" or dest.owner is not cls or dest.attr is None:
+            continue
+        found = outside_root(ctx.model, ctx.inference, reg.receiver)
+        if found is None or not isinstance(found[1], ast.Name):
+            continue
+        param = found[1].id
+        if param not in positional_params(func)[1:]:
+            continue
+        cleanup: list[str] = []
+        clean = True
+        for method in cls.methods.values():
+            for node in executed_nodes(method):
+                if isinstance(node, ast.Attribute) and node.attr == dest.attr and isinstance(node.ctx, ast.Load) \
+                        and self_attribute(ctx, node) is not None:
+                    parent = getattr(node, "_hl_parent", None)
+                    call = getattr(parent, "_hl_parent", None)
+                    if isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call) \
+                            and call.func is parent:
+                        cleanup.append(method.name)  # type: ignore[attr-defined]
+                    elif not (isinstance(parent, ast.Compare)):
+                        clean = False
+        # reads in nested functions (the hook itself) and in other classes: not followed
+        if not clean or not cleanup or set(cleanup) & _AUTOMATIC_METHODS:
+            continue
+        if _attribute_read_outside_methods(ctx, cls, dest.attr):
+            continue
+        out[id(cls.node)] = HookWrapper(cls, reg, dest.attr, param, tuple(dict.fromkeys(cleanup)))
+    return out
+
+
+def _attribute_read_outside_methods(ctx: "FileContext", cls: ClassInfo, attr: str) -> bool:
+    """``<x>.<attr>`` read other than as ``self.<attr>`` in a method of ``cls``."""
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load):
+            found = self_attribute(ctx, node)
+            if found is None:
+                return True  # `obj.handle`: another object's, or a wrapper's read from outside
+            if found[0] is not cls and (cls in found[0].local_bases or found[0] in cls.local_bases):
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class LostWrapper:
+    """``W(...)`` of a hook wrapper whose object ends where nothing can call
+    its cleanup method: dropped, or kept in a local container that is only
+    read for other attributes."""
+
+    call: ast.Call
+    wrapper: HookWrapper
+    argument: ast.expr  # what the call hands to the hooked parameter
+    kept_in: str | None  # the container's name, None when dropped
+
+
+def lost_wrappers(ctx: "FileContext") -> list[LostWrapper]:
+    wrappers = hook_wrappers(ctx)
+    if not wrappers:
+        return []
+    cleanup_called = {name for w in wrappers.values() for name in w.cleanup if ctx.model.method_calls.get(name)}
+    out: list[LostWrapper] = []
+    for info in {id(w.cls.node): w for w in wrappers.values()}.values():
+        if set(info.cleanup) & cleanup_called:
+            continue  # something calls `close()`: hooklint does not tell on which object
+        for call in ctx.model.name_calls.get(info.cls.name, ()):
+            bindings = ctx.model.bindings_at(call.func)  # type: ignore[arg-type]
+            if len(bindings) != 1 or bindings[0].node is not info.cls.node:
+                continue
+            argument = _argument_for(call, info)
+            if argument is None:
+                continue
+            kept = _lost_object(ctx, call, info)
+            if kept is False:
+                continue
+            out.append(LostWrapper(call, info, argument, kept))  # type: ignore[arg-type]
+    return out
+
+
+def _argument_for(call: ast.Call, info: HookWrapper) -> ast.expr | None:
+    init = function_of(info.registration.call)
+    params = positional_params(init)[1:]
+    index = params.index(info.param)
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    if index < len(call.args):
+        return call.args[index]
+    for kw in call.keywords:
+        if kw.arg == info.param:
+            return kw.value
+    return None
+
+
+def _lost_object(ctx: "FileContext", call: ast.Call, info: HookWrapper) -> str | None | bool:
+    """Where the new object goes: None when dropped, the name of a local
+    container only read for other attributes, or False (it may be closed)."""
+    parent = getattr(call, "_hl_parent", None)
+    if isinstance(parent, ast.Expr):
+        return None
+    func = function_of(call)
+    if not isinstance(func, FunctionNode):
+        return False
+    holder: ast.Name | None = None
+    if isinstance(parent, ast.Assign) and parent.value is call and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0], ast.Subscript) and isinstance(parent.targets[0].value, ast.Name):
+        holder = parent.targets[0].value
+    elif isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr == "append" \
+            and isinstance(parent.func.value, ast.Name) and isinstance(getattr(parent, "_hl_parent", None), ast.Expr):
+        holder = parent.func.value
+    if holder is None:
+        return False
+    bindings = ctx.model.bindings_at(holder)
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+        return False
+    binding = bindings[0]
+    if not is_mutable_container(ctx, binding.value) and not _is_ordered_dict(ctx, binding.value):  # type: ignore[arg-type]
+        return False
+    owner = binding.scope.node
+    if not isinstance(owner, FunctionNode):
+        return False
+    for node in ast.walk(owner):
+        if not (isinstance(node, ast.Name) and node.id == holder.id and isinstance(node.ctx, ast.Load)):
+            continue
+        if binding not in ctx.model.bindings_at(node):
+            continue
+        if not _read_only_use(node, info):
+            return False
+    return holder.id
+
+
+def _is_ordered_dict(ctx: "FileContext", expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Call) and not expr.args and not expr.keywords \
+        and ctx.model.qualify(expr.func) in ("collections.OrderedDict", "collections.defaultdict")
+
+
+def _read_only_use(node: ast.Name, info: HookWrapper) -> bool:
+    """``d[k] = W(...)``, ``d[k].attr``, ``k in d``, ``list(d.values())[-1].attr``,
+    ``d.append(W(...))``: uses that reach no cleanup method of the objects."""
+    parent = getattr(node, "_hl_parent", None)
+    if isinstance(parent, ast.Compare) and node in parent.comparators:
+        return True
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        if isinstance(parent.ctx, ast.Store):
+            return True
+        return _element_read(parent, info)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        call = getattr(parent, "_hl_parent", None)
+        if parent.attr == "append" and isinstance(call, ast.Call) and call.func is parent:
+            return True
+        if parent.attr in ("values", "items", "keys") and isinstance(call, ast.Call) and call.func is parent:
+            outer = getattr(call, "_hl_parent", None)
+            if parent.attr == "keys":
+                return True
+            if isinstance(outer, ast.Call) and isinstance(outer.func, ast.Name) and outer.func.id in _READ_ONLY_BUILTINS:
+                if outer.func.id == "len":
+                    return True
+                sub = getattr(outer, "_hl_parent", None)
+                return isinstance(sub, ast.Subscript) and sub.value is outer and _element_read(sub, info)
+        return False
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
+        return True
+    return False
+
+
+def _element_read(element: ast.AST, info: HookWrapper) -> bool:
+    """An element of the container, then an attribute of it that is not a
+    cleanup method (``features[name].features``)."""
+    parent = getattr(element, "_hl_parent", None)
+    return isinstance(parent, ast.Attribute) and parent.value is element and parent.attr not in info.cleanup \
+        and isinstance(parent.ctx, ast.Load) and not isinstance(getattr(parent, "_hl_parent", None), ast.Call)
