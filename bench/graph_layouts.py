@@ -10,8 +10,10 @@ user checks it, with the real CLI in a subprocess:
   graph layer imports the models in its worker, builds and traces them);
 * ``warm``: the same command again (facts, and failures, from the cache; best
   of ``--repeat``);
-* ``verify``: ``hooklint check PATHS --diff --verify`` when this hooklint has
-  ``--verify`` (the fixes' proof); ``n/a`` otherwise.
+* ``verify``: ``hooklint check PATHS --diff --verify --unsafe-fixes --no-cache``
+  (every fix offered, each proved by running the model; ``fixes verified``
+  counts the proofs that passed out of those made); ``n/a`` when this
+  hooklint has no ``--verify``.
 
 and the verdicts are compared, finding by finding (file, line, column, rule):
 *added* by the graph, *removed* by it (proven safe, as a legacy hook on a
@@ -81,6 +83,7 @@ class Result:
     cold_s: float = 0.0
     warm_s: float = 0.0
     verify_s: float | None = None
+    proofs: str = ""  # "verified/proved" fixes of the --verify run
     static_findings: int = 0
     graph_findings: int = 0
     added: list[str] = field(default_factory=list)
@@ -137,7 +140,10 @@ def measure(layout: Layout, repeat: int, verify: bool) -> Result:
         except (ValueError, KeyError):
             result.imported = 0
         if verify:
-            _proc, result.verify_s = _hooklint(folder, "check", *layout.paths, "--diff", "--verify", "--no-cache")
+            proof, result.verify_s = _hooklint(folder, "check", *layout.paths, "--diff", "--verify", "--unsafe-fixes",
+                                               "--no-cache")
+            verdicts = [line for line in proof.stderr.splitlines() if " fix at " in line]
+            result.proofs = f"{sum(' verified: ' in line for line in verdicts)}/{len(verdicts)}"
     before, after = _findings(static), _findings(cold)
     result.static_findings, result.graph_findings = len(before), len(after)
     label = "{0}:{1}:{2} {3}".format
@@ -154,9 +160,9 @@ def table(results: list[Result], verify: bool) -> str:
     rows = []
     for r in results:
         rows.append((r.name, r.files, r.imported, f"{r.static_s:.2f}", f"{r.cold_s:.2f}", f"{r.warm_s:.2f}",
-                     f"{r.verify_s:.2f}" if r.verify_s is not None else "n/a", r.static_findings, r.graph_findings,
+                     f"{r.verify_s:.2f}" if r.verify_s is not None else "n/a", r.proofs or "n/a", r.static_findings, r.graph_findings,
                      len(r.added), len(r.refined), len(r.removed)))
-    headers = ("layout", "files", "analysed", "static s", "cold s", "warm s", "--verify s", "static findings",
+    headers = ("layout", "files", "analysed", "static s", "cold s", "warm s", "--verify s", "fixes verified", "static findings",
                "graph findings", "added", "refined", "removed")
     return tabulate(rows, headers=headers, tablefmt="github")
 

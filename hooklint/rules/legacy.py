@@ -747,15 +747,16 @@ def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, mod
     if bound.grad_input is not None and model.inputs:
         from hooklint.graph.facts import format_shape
 
-        shapes = (f" (of shapes ({', '.join(format_shape(s) for s in bound.grad_input)}) for an input "
-                  f"{', '.join(str(i) for i in model.inputs)})")
+        each = [format_shape(s) for s in bound.grad_input]
+        of = f"of shape {each[0]}" if len(each) == 1 else f"of shapes {', '.join(each)}"
+        shapes = f" ({of} for an input {', '.join(str(i) for i in model.inputs)})"
     body = f": `{gi}` holds that op's input gradients{shapes}, not the gradient of {module.class_name}'s input"
     skipped = _skipped(model, module)
     return head + body + (f"; it skips {skipped}" if skipped else "")
 
 
 def _skipped(model: ModelFacts, module: ModuleFacts, limit: int = 4) -> str:
-    """The module's other ops, by submodule: "f1 (Linear), `y = x * 2` (Mul)"."""
+    """The module's other ops, by submodule path: "`f1` (Linear), `y = x * 2` (Mul)"."""
     parts: list[str] = []
     prefix = module.path + "." if module.path else ""
     bound = module.bound
@@ -774,7 +775,7 @@ def _skipped(model: ModelFacts, module: ModuleFacts, limit: int = 4) -> str:
             continue  # the submodule the hook lands in is not skipped
         if child is not None:
             sub = model.module(child)
-            label = f"{child[len(prefix):]} ({sub.class_name})" if sub else child
+            label = f"`{child}` ({sub.class_name})" if sub else f"`{child}`"
         elif op.code and bound is not None and (op.file, op.line) != (bound.file, bound.line):
             label = f"`{op.code}` ({op.short})"
         else:  # on the bound op's line (inside a built-in layer): its name says more

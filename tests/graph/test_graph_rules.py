@@ -74,13 +74,13 @@ def test_hkl102_names_the_op_its_line_the_module_and_what_it_skips():
     assert "`out = input / 4`, line 27 in MyMean.forward" in message
     assert "((2, 1), None) for an input float32[2, 4]" in message
     assert "not the gradient of MyNet's input" in message
-    assert message.endswith("it skips f1 (Linear)")
+    assert message.endswith("it skips `f1` (Linear)")
 
 
 def test_hkl102_does_not_count_the_submodule_it_lands_in_as_skipped():
     message = _finding(FIXTURES / "seeds" / "seed004_autograd_and_hooks.py", "HKL102", 100).message
     assert "on `swapped` (MyNetSwapped) it binds to AddmmBackward0" in message
-    assert message.endswith("it skips f2 (MyMean)")
+    assert message.endswith("it skips `f2` (MyMean)")
 
 
 def test_hkl102_names_the_module_path_inside_a_model():
