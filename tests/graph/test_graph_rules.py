@@ -72,7 +72,7 @@ def test_hkl102_names_the_op_its_line_the_module_and_what_it_skips():
     message = finding.message
     assert "on `net` (MyNet) it binds to DivBackward0" in message
     assert "`out = input / 4`, line 27 in MyMean.forward" in message
-    assert "((2, 1), None) for an input float32[2, 4]" in message
+    assert "of shapes (2, 1), None for an input float32[2, 4]" in message
     assert "not the gradient of MyNet's input" in message
     assert message.endswith("it skips `f1` (Linear)")
 
@@ -86,7 +86,7 @@ def test_hkl102_does_not_count_the_submodule_it_lands_in_as_skipped():
 def test_hkl102_names_the_module_path_inside_a_model():
     message = _finding(FIXTURES / "models" / "linear_layers.py", "HKL102", 39).message
     assert "on `net.with_bias` (Linear, module `with_bias` of TwoLayers) it binds to AddmmBackward0" in message
-    assert "((3,), (2, 4), (4, 3))" in message
+    assert "of shapes (3,), (2, 4), (4, 3) for an input" in message
 
 
 def test_hkl102_without_graph_keeps_its_static_message():
