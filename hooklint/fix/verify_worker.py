@@ -596,28 +596,10 @@ def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    memory_mib = int(argv[0]) if argv else 0
-    out = os.fdopen(int(os.environ["HOOKLINT_RESULT_FD"]), "w", encoding="utf-8", buffering=1)
+    from hooklint.graph.worker import start_worker
 
-    def send(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message, ensure_ascii=False) + "\n")
-        out.flush()
-
-    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
-    sys.dont_write_bytecode = True
-    from hooklint.graph.worker import _limit_resources
-
-    _limit_resources(memory_mib)
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except BaseException as exc:  # noqa: BLE001
-        send({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
+    send, requests, close, _memory_mib, torch = start_worker(argv)
+    if torch is None:
         return 1
     import warnings
 
@@ -642,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
             reply = {"verdicts": [{"id": p["id"], "status": "unverified", "detail": reason}
                                   for p in request["proofs"]], "deps": {}}
         send({"event": "result", **reply})
-    out.close()
+    close()
     return 0
 
 

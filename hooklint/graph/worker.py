@@ -36,7 +36,7 @@ import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 
 class OverBudget(BaseException):
@@ -195,7 +195,21 @@ class Worker:
         return {"value": target(self, **args)}
 
 
-def main(argv: list[str] | None = None) -> int:
+class WorkerStart(NamedTuple):
+    send: Callable[[dict[str, Any]], None]
+    requests: Any  # a text stream of JSON lines
+    close: Callable[[], None]
+    memory_mib: int
+    torch: Any  # the module, or None when it does not import
+
+
+def start_worker(argv: list[str] | None) -> WorkerStart:
+    """The set-up every hooklint worker process shares (the graph worker, the
+    fixes' proof): replies on ``HOOKLINT_RESULT_FD``, requests on the real
+    stdin while user code reading stdin gets end-of-file, no bytecode written
+    next to the user's files, an argv that is not the user's, the memory
+    limit, and torch on one thread.  ``torch`` is None when it does not
+    import (a ``fatal`` event is sent: the caller exits 1)."""
     argv = sys.argv[1:] if argv is None else argv
     memory_mib = int(argv[0]) if argv else 0
     out = os.fdopen(int(os.environ["HOOKLINT_RESULT_FD"]), "w", encoding="utf-8", buffering=1)
@@ -204,13 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         out.write(json.dumps(message, ensure_ascii=False) + "\n")
         out.flush()
 
-    # Requests come on the real stdin; user code reading stdin gets end-of-file.
     requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
     sys.dont_write_bytecode = True
-    # the worker's own argv is not the user's: argparse in model code sees no options
+    # argparse in model code sees no options
     sys.argv = [sys.argv[0]]
     _limit_resources(memory_mib)
     import faulthandler
@@ -223,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         import torch.fx  # noqa: F401 - fail now, not inside the first model
     except BaseException as exc:  # noqa: BLE001
         send({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
+        return WorkerStart(send, requests, out.close, memory_mib, None)
+    return WorkerStart(send, requests, out.close, memory_mib, torch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    send, requests, close, memory_mib, torch = start_worker(argv)
+    if torch is None:
         return 1
     worker = Worker(send, memory_mib)
     send({"event": "ready", "torch": torch.__version__})
@@ -240,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
             reply = _internal_failure(request, exc, memory_mib)
         send({"event": "result", **reply})
-    out.close()
+    close()
     return 0
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hooklint.static.semantic import SemanticModel
+from hooklint.static.semantic import SemanticModel, statements_before
 
 # The first torch release with `Module.register_full_backward_hook`.
 FULL_HOOKS_SINCE = (1, 8, 0)
@@ -64,12 +64,10 @@ def dead_on_current_torch(model: SemanticModel, node: ast.AST) -> str | None:
                     return ("the `except AttributeError` fallback of `register_full_backward_hook`, which every "
                             "torch >= 1.8 has")
         if isinstance(child, ast.stmt):
-            for block in _blocks_of(parent):
-                if _in(child, block):
-                    for earlier in block[: block.index(child)]:
-                        if isinstance(earlier, ast.If) and earlier.body and _exits(earlier.body[-1]) \
-                                and decide(model, earlier.test) is True:
-                            return f"it follows `if {_src(earlier.test)}:`, which always leaves on torch >= 1.8"
+            for earlier in statements_before(child, parent):
+                if isinstance(earlier, ast.If) and earlier.body and _exits(earlier.body[-1]) \
+                        and decide(model, earlier.test) is True:
+                    return f"it follows `if {_src(earlier.test)}:`, which always leaves on torch >= 1.8"
         child, parent = parent, getattr(parent, "_hl_parent", None)
     return None
 
@@ -277,17 +275,6 @@ def _in(node: ast.AST, block: object) -> bool:
     if isinstance(block, list):
         return any(stmt is node for stmt in block)
     return node is block
-
-
-def _blocks_of(node: ast.AST) -> list[list[ast.stmt]]:
-    out = []
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(node, field, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            out.append(block)
-    for handler in getattr(node, "handlers", ()) or ():
-        out.append(handler.body)
-    return out
 
 
 def _const_str(expr: ast.AST | None) -> str | None:

@@ -29,7 +29,12 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
-from hooklint.static.semantic import FunctionNode, SemanticModel, is_torch_module_class
+from hooklint.static.semantic import (
+    FunctionNode,
+    SemanticModel,
+    is_torch_module_class,
+    statements_before,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.static.semantic import ClassInfo
@@ -92,28 +97,15 @@ def holding_tests(node: ast.AST) -> Iterator[ast.expr]:
             for gen in parent.generators:
                 yield from gen.ifs
         if isinstance(child, ast.stmt):
-            for block in _blocks_of(parent):
-                if _in(child, block):
-                    for earlier in block[: block.index(child)]:
-                        if isinstance(earlier, ast.If) and not earlier.orelse and earlier.body \
-                                and isinstance(earlier.body[-1], _EXITS):
-                            yield _negate(earlier.test)
+            for earlier in statements_before(child, parent):
+                if isinstance(earlier, ast.If) and not earlier.orelse and earlier.body \
+                        and isinstance(earlier.body[-1], _EXITS):
+                    yield _negate(earlier.test)
         child, parent = parent, getattr(parent, "_hl_parent", None)
 
 
 def _in(node: ast.AST, block: list) -> bool:
     return any(stmt is node for stmt in block)
-
-
-def _blocks_of(node: ast.AST) -> list[list[ast.stmt]]:
-    out = []
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(node, field, None)
-        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            out.append(block)
-    for handler in getattr(node, "handlers", ()) or ():
-        out.append(handler.body)
-    return out
 
 
 def _negate(test: ast.expr) -> ast.expr:

@@ -158,6 +158,20 @@ _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "asname", "module", "level
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def statements_before(stmt: ast.stmt, parent: ast.AST) -> list[ast.stmt]:
+    """The statements before ``stmt`` in the block of ``parent`` that holds it
+    (a body, an ``else``, a ``finally`` or an ``except`` handler): what has run
+    by the time it runs.  Empty when no block of ``parent`` holds it."""
+    blocks = [getattr(parent, f, None) for f in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(parent, "handlers", ()) or ()]
+    for block in blocks:
+        if isinstance(block, list):
+            for i, item in enumerate(block):
+                if item is stmt:
+                    return block[:i]
+    return []
+
+
 def child_nodes(node: ast.AST) -> list[ast.AST]:
     """Children in field order, without the shared Load/Store/Del singletons."""
     kind = type(node)
