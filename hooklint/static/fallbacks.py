@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hooklint.static.semantic import SemanticModel, statements_before
+from hooklint.static.semantic import SemanticModel, short_source, statements_before
 
 # The first torch release with `Module.register_full_backward_hook`.
 FULL_HOOKS_SINCE = (1, 8, 0)
@@ -54,9 +54,9 @@ def dead_on_current_torch(model: SemanticModel, node: ast.AST) -> str | None:
             if constant is not None and decided is (not in_body):
                 return f"`{parent.test.id}` is the module constant {constant}"  # type: ignore[attr-defined]
             if decided is False and in_body:
-                return f"`{_src(parent.test)}` is false on torch >= 1.8"
+                return f"`{short_source(parent.test)}` is false on torch >= 1.8"
             if decided is True and not in_body:
-                return f"`{_src(parent.test)}` is true on torch >= 1.8"
+                return f"`{short_source(parent.test)}` is true on torch >= 1.8"
         elif isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar":
             for handler in parent.handlers:  # type: ignore[attr-defined]
                 if child is handler and _catches_only_missing_api(model, handler.type) \
@@ -67,7 +67,7 @@ def dead_on_current_torch(model: SemanticModel, node: ast.AST) -> str | None:
             for earlier in statements_before(child, parent):
                 if isinstance(earlier, ast.If) and earlier.body and _exits(earlier.body[-1]) \
                         and decide(model, earlier.test) is True:
-                    return f"it follows `if {_src(earlier.test)}:`, which always leaves on torch >= 1.8"
+                    return f"it follows `if {short_source(earlier.test)}:`, which always leaves on torch >= 1.8"
         child, parent = parent, getattr(parent, "_hl_parent", None)
     return None
 
@@ -282,10 +282,3 @@ def _const_str(expr: ast.AST | None) -> str | None:
         return expr.value
     return None
 
-
-def _src(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
-        return "<expr>"
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -33,6 +33,7 @@ from hooklint.static.semantic import (
     FunctionNode,
     SemanticModel,
     is_torch_module_class,
+    short_source,
     statements_before,
 )
 
@@ -64,7 +65,7 @@ class Narrowing:
     def describe(self) -> str:
         names = self.names
         text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
-        return f"{text} (narrowed by `{_src(self.test)}` at line {self.test.lineno})"
+        return f"{text} (narrowed by `{short_source(self.test)}` at line {self.test.lineno})"
 
 
 _BOUNDARIES = FunctionNode + (ast.Lambda, ast.ClassDef, ast.Module)
@@ -275,10 +276,3 @@ def _canonical(qualname: str) -> str:
 def _same_bindings(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
-
-def _src(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
-        return "<expr>"
-    return text if len(text) <= 60 else text[:57] + "..."

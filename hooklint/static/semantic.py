@@ -158,6 +158,15 @@ _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "asname", "module", "level
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def short_source(node: ast.AST) -> str:
+    """The node's source for a message, cut to 60 characters."""
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
+        return "<expr>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def statements_before(stmt: ast.stmt, parent: ast.AST) -> list[ast.stmt]:
     """The statements before ``stmt`` in the block of ``parent`` that holds it
     (a body, an ``else``, a ``finally`` or an ``except`` handler): what has run

@@ -29,7 +29,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from hooklint.static.fallbacks import dead_on_current_torch, decide
-from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, SemanticModel, is_staticmethod, positional_params
+from hooklint.static.semantic import (
+    Binding,
+    ClassInfo,
+    FunctionNode,
+    SemanticModel,
+    is_staticmethod,
+    positional_params,
+    short_source,
+)
 from hooklint.static.values import (
     CallableValue,
     ClassValue,
@@ -535,7 +543,7 @@ class Resolver:
         receiver = self.value(iterable.func.value, env, depth + 1)
         if isinstance(receiver, ModuleValue):
             shown, _ = self._substituted(iterable.func.value, env, 0)
-            return ModuleValue(description=f"each module of {_src(shown)}")
+            return ModuleValue(description=f"each module of {short_source(shown)}")
         return None
 
     def _call_value(self, call: ast.Call, env: Env, depth: int) -> Value:
@@ -569,7 +577,7 @@ class Resolver:
                                                                   "double", "half", "requires_grad_"):
                 return receiver
             if isinstance(receiver, ModuleValue) and func.attr == "get_submodule":
-                return ModuleValue(description=_src(call))
+                return ModuleValue(description=short_source(call))
         return self.inference.infer(call)
 
     def callable(self, expr: ast.AST | None, env: Env) -> CallableValue | None:
@@ -593,7 +601,7 @@ class Resolver:
         if expr is None or env is EMPTY:
             return None
         resolved, _ = self.resolve_expr(expr, env)
-        return None if resolved is expr else _src(resolved)
+        return None if resolved is expr else short_source(resolved)
 
     def origin(self, expr: ast.AST | None, env: Env) -> ast.AST | None:
         """The expression at the outermost call site that ``expr`` stands for
@@ -668,13 +676,6 @@ def _joined(parts: list[list[str]]) -> list[str] | None:
             return None
     return out
 
-
-def _src(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
-        return "<expr>"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 __all__ = ["EMPTY", "Env", "Resolver", "Site", "is_staticmethod"]

@@ -24,6 +24,7 @@ from hooklint.static.semantic import (
     is_staticmethod,
     is_torch_module_class,
     positional_params,
+    short_source,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -263,17 +264,17 @@ class Inference:
             # `model._modules.items()` / `.values()`: a module's direct children
             if isinstance(base, ast.Attribute) and base.attr == "_modules" and not iterable.args and (
                     (method == "items" and path == (1,)) or (method == "values" and path == ())):
-                return ModuleValue(description=f"each child of {_src(base.value)}")
+                return ModuleValue(description=f"each child of {short_source(base.value)}")
             receiver = self.infer(base)
             if receiver is None and method in _UNMISTAKABLE_MODULE_ITERATORS and not iterable.args:
                 # only torch modules have `named_modules()`: whatever the receiver, these are modules
                 if (method.startswith("named_") and path == (1,)) or (not method.startswith("named_") and path == ()):
-                    return ModuleValue(description=f"each module of {_src(base)}")
+                    return ModuleValue(description=f"each module of {short_source(base)}")
             if isinstance(receiver, ModuleValue):
                 if method in _MODULE_ITERATORS and path == ():
-                    return ModuleValue(description=f"each module of {_src(iterable.func.value)}")
+                    return ModuleValue(description=f"each module of {short_source(iterable.func.value)}")
                 if method in _NAMED_MODULE_ITERATORS and path == (1,):
-                    return ModuleValue(description=f"each module of {_src(iterable.func.value)}")
+                    return ModuleValue(description=f"each module of {short_source(iterable.func.value)}")
                 if method in _PARAM_ITERATORS and path == ():
                     return TensorValue(parameter=True, leaf=True, requires_grad=True, owner=receiver)
                 if method in _NAMED_PARAM_ITERATORS and path == (1,):
@@ -281,7 +282,7 @@ class Inference:
         if isinstance(iterable, (ast.List, ast.Tuple)) and path == () and iterable.elts:
             values = [self.infer(e) for e in iterable.elts]
             if all(isinstance(v, ModuleValue) for v in values):
-                return ModuleValue(description="each of " + _src(iterable))
+                return ModuleValue(description="each of " + short_source(iterable))
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate":
             if path and path[0] == 1 and iterable.args:
                 return self._iterated(iterable.args[0], path[1:])
@@ -316,7 +317,7 @@ class Inference:
         if params and params[0] == arg.arg:
             applied = self.applied_functions().get(func)
             if applied is not None:
-                return ModuleValue(applied_from=applied, description=f"each module of {_src(applied)}")
+                return ModuleValue(applied_from=applied, description=f"each module of {short_source(applied)}")
         return None
 
     def applied_functions(self) -> dict[ast.AST, ast.expr]:
@@ -360,12 +361,12 @@ class Inference:
                         value = values[0]
                         if isinstance(value, ModuleValue):
                             return ModuleValue(value.torch_class, value.local_class, value.call, None,
-                                               _src(expr))
+                                               short_source(expr))
                         if isinstance(value, TensorValue) and value.parameter:
                             return TensorValue(parameter=True, leaf=True, requires_grad=value.requires_grad,
                                                owner=base)
                         if value is None and self._wrapped_module_argument(base.local_class, expr.attr, assigned):
-                            return ModuleValue(description=_src(expr))
+                            return ModuleValue(description=short_source(expr))
                         return value
                     return None
             if expr.attr in _BUILTIN_PARAM_ATTRS and (base.local_class is None):
@@ -381,7 +382,7 @@ class Inference:
                 value = self.infer(assigned[0][0])
                 if value is None and self._wrapped_module_argument(base.local_class, expr.attr, assigned,
                                                                    module_class=False):
-                    return ModuleValue(description=_src(expr))
+                    return ModuleValue(description=short_source(expr))
                 return value
             return None
         if isinstance(base, TensorValue) and expr.attr in ("data", "T", "mT"):
@@ -441,12 +442,12 @@ class Inference:
         if qual in _TENSOR_FACTORIES:
             return TensorValue(leaf=True, requires_grad=_kw_bool(call, "requires_grad", False))
         if qual is not None and is_torch_module_class(qual):
-            return ModuleValue(torch_class=qual, call=call, description=_src(call))
+            return ModuleValue(torch_class=qual, call=call, description=short_source(call))
         local = self.model.class_for_expr(func)
         if local is not None:
             is_mod = self.model.is_module_class(local)
             if is_mod:
-                return ModuleValue(local_class=local, call=call, description=_src(call))
+                return ModuleValue(local_class=local, call=call, description=short_source(call))
             # a plain local class (callable if it defines __call__), or one whose
             # bases come from elsewhere and may or may not be a module
             return ObjectValue(local)
@@ -465,7 +466,7 @@ class Inference:
                                                                   "float", "double", "half", "requires_grad_"):
                 return receiver  # these return self
             if isinstance(receiver, ModuleValue) and func.attr in ("get_submodule",):
-                return ModuleValue(description=_src(call))
+                return ModuleValue(description=short_source(call))
             if isinstance(receiver, ModuleValue) and func.attr in ("register_parameter",):
                 return None
         if qual is not None and qual.startswith("torch.") and qual.split(".")[1] in (
@@ -595,12 +596,4 @@ def _merge(values: list[Value]) -> Value:
     return first
 
 
-def _src(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
-        return "<expr>"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-src = _src
+src = short_source  # the name rules import
