@@ -12,7 +12,7 @@ def add_gradient_noise(model, std):
     for p in model.parameters():
         def noise(grad, p=p):
             if p.grad is not None:
-                p.grad.add_(torch.randn_like(p.grad) * std)  # expect: HKL201
+                p.grad.add_(torch.randn_like(p.grad) * std)  # expect: HKL201 (no rule covers tensor hooks yet)
         p.register_hook(noise)
 
 

@@ -33,13 +33,13 @@ class LegacyGradCAM:
         self.fmap = None
         self.grad = None
         self.fwd = target_layer.register_forward_hook(self.forward_hook)
-        self.bwd = target_layer.register_backward_hook(self.backward_hook)  # expect: HKL101
+        self.bwd = target_layer.register_backward_hook(self.backward_hook)  # expect: HKL101, HKL102
 
     def forward_hook(self, module, inp, out):
         self.fmap = out.detach()
 
     def backward_hook(self, module, grad_input, grad_output):
-        self.grad = grad_input[0].detach()  # expect: HKL102
+        self.grad = grad_input[0].detach()
 
     def generate(self, x):
         self.model.zero_grad()

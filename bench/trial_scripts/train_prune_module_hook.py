@@ -18,8 +18,8 @@ class SmallNet(nn.Module):
 
 def make_mask_hook(mask):
     def hook(module, grad_input, grad_output):
-        if module.weight.grad is not None:  # expect: HKL202
-            module.weight.grad.mul_(mask)  # expect: HKL201
+        if module.weight.grad is not None:  # expect: HKL202, HKL201
+            module.weight.grad.mul_(mask)
     return hook
 
 
@@ -29,7 +29,7 @@ def main():
     with torch.no_grad():
         mask = (model.fc1.weight.abs() > 0.1).float()
         model.fc1.weight.mul_(mask)
-    handle = model.fc1.register_full_backward_hook(make_mask_hook(mask))
+    handle = model.fc1.register_full_backward_hook(make_mask_hook(mask))  # expect: HKL201@run
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
     data = torch.randn(64, 16)
