@@ -173,10 +173,12 @@ def emit(report: Report, options: CheckOptions, args: argparse.Namespace, source
     if notes:
         sys.stderr.write(notes)
     if not quiet:
+        # after `--unsafe-fixes`, the unsafe fixes left were left for a reason (said above)
+        unsafe_hint = not getattr(args, "unsafe_fixes", False)
         if statistics:
-            sys.stderr.write(summary_line(report) + "\n")
+            sys.stderr.write(summary_line(report, unsafe_hint=unsafe_hint) + "\n")
         elif fmt in ("full", "concise") or to_file:
-            sys.stderr.write(summary_table(report))
+            sys.stderr.write(summary_table(report, unsafe_hint=unsafe_hint))
     sys.stderr.flush()
 
 

@@ -360,6 +360,20 @@ def _module_words(path: str, model: Any) -> str:
     return f"`{path}` ({type(module).__name__})" if path else f"the model ({type(module).__name__})"
 
 
+def grad_input_change(before: Probe, after: Probe) -> str | None:
+    """Where the shapes of ``grad_input`` differ between the original registration
+    (``before``) and the fixed one: "`block` from (2, 16, 8, 8) to (2, 8, 8, 8)"."""
+    for old, new in zip(before.calls, after.calls):
+        old_shapes = [tuple(g.shape) for g in (old.grad_input or ()) if g is not None]
+        new_shapes = [tuple(g.shape) for g in (new.grad_input or ()) if g is not None]
+        if old_shapes != new_shapes:
+            def text(shapes: list) -> str:
+                return ", ".join(str(shape) for shape in shapes) or "nothing"
+
+            return f"`{new.path}` from {text(old_shapes)} to {text(new_shapes)}"
+    return None
+
+
 def check_calls(probe: Probe, truth: Truth, reads_grad_input: bool, hook_name: str) -> str | None:
     """Why the hook's arguments are not the module's gradients, or None."""
     unmatched = {path: list(grads) for path, grads in truth.outputs.items()}
@@ -501,6 +515,13 @@ def _prove(session, proof: dict[str, Any], guard, stage: Callable[[str], None]) 
     wrong = check_calls(after, truth, proof["reads_grad_input"], hook_name)
     if wrong is not None:
         return "failed", wrong
+    if proof["reads_grad_input"] and note:
+        changed = grad_input_change(before, after)
+        if changed is not None:
+            # the hook's own code did not run here, and what it reads changes shape: code that
+            # uses it (a Grad-CAM's `weights * activations`) may break, which no run here shows
+            raise ProofError(f"the fix changes the `grad_input` `{hook_name}` reads on {changed}, and "
+                             f"`{hook_name}` itself could not be run here to show that its code still works")
     where = ", ".join(_module_words(p, model) for p in target_paths)
     inputs_text = ", ".join(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}" for t in _tensors(inputs))
     what = "the gradients of its output and inputs" if proof["reads_grad_input"] else "the gradient of its output"

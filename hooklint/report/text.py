@@ -4,6 +4,7 @@ summary table by rule that goes to stderr."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import Counter
 
@@ -112,7 +113,7 @@ def render_full(report: Report, sources, color: bool = False) -> str:
     return "\n".join(chunks)
 
 
-def summary_table(report: Report, *, fix_hint: bool = True) -> str:
+def summary_table(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True) -> str:
     """Counts by rule and one closing line, for stderr.
 
     "All checks passed" only when there is nothing to say: no finding, no
@@ -120,7 +121,7 @@ def summary_table(report: Report, *, fix_hint: bool = True) -> str:
     parts: list[str] = []
     if report.findings:
         parts.append(_rule_table(report))
-    parts.append(summary_line(report, fix_hint=fix_hint))
+    parts.append(summary_line(report, fix_hint=fix_hint, unsafe_hint=unsafe_hint))
     if report.fixed:
         parts.insert(0, f"Fixed {report.fixed} finding{'s' if report.fixed != 1 else ''}.")
     return "\n".join(parts) + "\n"
@@ -138,20 +139,27 @@ def _rule_table(report: Report) -> str:
     return tabulate(rows, headers=("code", "rule", "count", "fixable", "unsafe fix"), tablefmt="simple")
 
 
+_FIX_LEFT = re.compile(r"HKL\d{3} fix at \d+:\d+ not applied")
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def summary_line(report: Report, *, fix_hint: bool = True) -> str:
+def summary_line(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True) -> str:
     findings = report.findings
     checked = f"{report.files_checked} checked" if findings else f"{_plural(report.files_checked, 'file')} checked"
     errors = report.count_notices(NoticeLevel.ERROR)
-    skipped = report.count_notices(NoticeLevel.SKIP)
+    # a fix that --fix/--verify left out is a SKIP notice too, but its file was checked
+    fixes_left = sum(1 for n in report.unique_notices() if n.level is NoticeLevel.SKIP and _FIX_LEFT.match(n.message))
+    skipped = report.count_notices(NoticeLevel.SKIP) - fixes_left
     problems = []
     if errors:
         problems.append(f"{_plural(errors, 'error')} in the analysis")
     if skipped:
         problems.append(f"{skipped} not checked")
+    if fixes_left:
+        problems.append(f"{_plural(fixes_left, 'fix')} not applied".replace("fixs", "fixes"))
     if findings:
         files = len({f.path for f in findings})
         line = f"Found {_plural(len(findings), 'finding')} in {_plural(files, 'file')} ({checked})."
@@ -159,7 +167,7 @@ def summary_line(report: Report, *, fix_hint: bool = True) -> str:
         n_unsafe = sum(1 for f in findings if f.fix is not None and f.fix.applicability is Applicability.UNSAFE)
         if fix_hint and n_fix:
             line += f" {n_fix} fixable with `--fix`."
-        if fix_hint and n_unsafe:
+        if fix_hint and unsafe_hint and n_unsafe:
             line += f" {n_unsafe} more with `--unsafe-fixes`."
         if problems:
             line += f" Also {' and '.join(problems)} (see above)."

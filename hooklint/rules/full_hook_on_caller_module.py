@@ -124,6 +124,17 @@ class FullHookOnCallerModule(Rule):
         "    def hook(module, grad_input, grad_output):\n"
         "        store.append(grad_input[0])\n"
         "    return layer.register_full_backward_hook(hook)\n",
+        # a call in the file shows the module, built by the file's own factory function
+        "import torch.nn as nn\n"
+        "class CAM:\n"
+        "    def __init__(self, model, target_layer):\n"
+        "        target_layer.register_full_backward_hook(self.save)\n"
+        "    def save(self, module, grad_input, grad_output):\n"
+        "        self.grad = grad_output[0]\n"
+        "def build_model():\n"
+        "    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())\n"
+        "model = build_model().eval()\n"
+        "cam = CAM(model, target_layer=model[0])\n",
         # the library switches in-place modules off
         "def extend(model, hook):\n"
         "    for m in model.modules():\n"
@@ -196,6 +207,8 @@ def _shown_in_file(ctx: FileContext, expr: ast.AST | None) -> bool:
     if not hasattr(base, "_hl_scope") or outside_root(ctx.model, ctx.inference, expr) is not None:
         return False
     value = ctx.inference.infer(base)
+    if value is None:
+        return ctx.inference.built_by_local_factory(base)  # `model = build_model()`
     return isinstance(value, ModuleValue) and (value.local_class is not None or value.torch_class is not None)
 
 

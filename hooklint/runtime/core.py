@@ -284,6 +284,10 @@ class Runtime:
         self.tasks: dict[int, TaskState] = {}
         self.infos: dict[int, BackwardInfo] = {}
         self.helper_handles: list[torch_hooks.RemovableHandle] = []
+        # Module backward hooks removed while an exception was propagating (`finally:
+        # handle.remove()` around a forward that PyTorch's in-place check failed): the
+        # exception is explained after they are gone, so they are kept here with it.
+        self.removed_during_error: list[tuple[int, HookRecord]] = []
         self._registrations = itertools.count()
         # Layers that follow what this one sees (hooklint.runtime.distributed): installed and
         # removed with the patches, told about registrations, hook calls and ends of backward.
@@ -421,6 +425,7 @@ class Runtime:
         for rec in list(self.records.values()):
             self._retire(rec)
         self.records.clear()
+        self.removed_during_error.clear()
         self.groups.clear()
         self.repeated.clear()
         self.site_groups.clear()
@@ -616,6 +621,10 @@ class Runtime:
     def removed(self, rec: HookRecord, caller: types.FrameType | None) -> None:
         rec.removed = True
         self.records.pop(rec.handle_id, None)
+        in_flight = sys.exc_info()[1]
+        if in_flight is not None and rec.kind.is_module_backward:
+            del self.removed_during_error[:-63]
+            self.removed_during_error.append((id(in_flight), rec))
         if rec.kind.is_tensor and rec.fired == 0 and rec.live and caller is not None:
             tensor = rec.target()
             if isinstance(tensor, torch.Tensor) and tensor.requires_grad:
@@ -893,6 +902,16 @@ class Runtime:
                 rec = getattr(hook, _WRAPPER_ATTR, None)
                 if rec is not None and rec.live and (rec.kind is kind or kind is not HookKind.BACKWARD_LEGACY):
                     found.append(rec)
+        return found
+
+    def full_hooks_at_error(self, module: Any, exc: BaseException) -> list[HookRecord]:
+        """The full backward hooks on ``module`` when ``exc`` was raised: those still
+        registered, and those a `finally` removed while ``exc`` propagated."""
+        found = self._records_of(module, HookKind.FULL_BACKWARD)
+        for exc_id, rec in self.removed_during_error:
+            if exc_id == id(exc) and rec.kind is HookKind.FULL_BACKWARD and rec.target() is module \
+                    and rec not in found:
+                found.append(rec)
         return found
 
     def explain_exception(self, exc: BaseException, sessions: list) -> None:

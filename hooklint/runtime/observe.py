@@ -752,7 +752,7 @@ def inplace_on_hooked_tensor(exc: BaseException, rt: "Runtime", meta_key: str,
         guess = (" (the modified tensor is held by no variable; hooklint takes it for the last hooked module "
                  "that ran in this thread)")
     torch_text = str(exc).split(". ")[0]
-    for rec in rt._records_of(module, HookKind.FULL_BACKWARD):
+    for rec in rt.full_hooks_at_error(module, exc):
         at = f" at {where}" if where is not None else ""
         target = rec.target_text()
         yield Observation(

@@ -498,6 +498,34 @@ class Inference:
             found = value.node
         return found
 
+    def built_by_local_factory(self, expr: ast.AST) -> bool:
+        """``model`` in ``model = build_model().eval()``, where every return of
+        the file's own ``build_model`` is a module of a known class
+        (``return nn.Sequential(...)``, ``return Net()``): the module is built
+        in this file, though ``infer`` does not follow the factory."""
+        if not isinstance(expr, ast.Name):
+            return False
+        bindings = self.model.bindings_at(expr)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return False
+        value = bindings[0].value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                and value.func.attr in _MODULE_RETURNING_SELF:
+            value = value.func.value
+        if not isinstance(value, ast.Call):
+            return False
+        factory = self.infer(value.func)
+        if not isinstance(factory, CallableValue) or not isinstance(factory.node, FunctionNode) or factory.bound:
+            return False
+        returns = list(_returns_of(factory.node))
+        if not returns:
+            return False
+        for ret in returns:
+            module = self.infer(ret.value) if ret.value is not None else None
+            if not isinstance(module, ModuleValue) or (module.local_class is None and module.torch_class is None):
+                return False
+        return True
+
     def callable_of(self, expr: ast.AST) -> CallableValue | None:
         """Resolve a hook argument to the code that will run, if it can be seen."""
         value = self.infer(expr)

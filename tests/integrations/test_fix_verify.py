@@ -230,3 +230,76 @@ def test_plan_of_the_output_hook_fix():
     fixed_lines = proof["fixed_text"].splitlines()
     assert fixed_lines[proof["fixed_rows"][0] - 1] == \
         "handle = net.features[0].register_forward_hook(output_grad_hook(save))"
+
+
+LEGACY_GRADCAM = '''\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.block = Block()
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(self.block(F.relu(self.stem(x))).mean(dim=(2, 3)))
+
+
+class LegacyGradCAM:
+    def __init__(self, model, target_layer):
+        self.model = model
+        target_layer.register_forward_hook(self.forward_hook)
+        target_layer.register_backward_hook(self.backward_hook)
+
+    def forward_hook(self, module, inp, out):
+        self.fmap = out.detach()
+
+    def backward_hook(self, module, grad_input, grad_output):
+        self.grad = grad_input[0].detach()
+
+    def generate(self, x):
+        out = self.model(x)
+        out[:, 0].sum().backward()
+        return F.relu((self.grad.mean(dim=(2, 3), keepdim=True) * self.fmap).sum(1))
+
+
+if __name__ == "__main__":
+    net = Net()
+    cam = LegacyGradCAM(net, net.block)
+    print(tuple(cam.generate(torch.randn(1, 3, 16, 16)).shape))
+'''
+
+
+def test_a_fix_that_changes_what_an_unreachable_hook_reads_is_unverified(write):
+    # the hook is a method of a Grad-CAM object the proof cannot build: it checks only what the hook
+    # receives, and with the full hook `grad_input[0]` is Block's input (8 channels), not the 16
+    # channels of the last op's input that the code after it multiplies with the activations
+    path = write("legacy_cam.py", LEGACY_GRADCAM)
+    assert run_script(path).returncode == 0
+    r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "legacy_cam.py")
+    assert path.read_text() == LEGACY_GRADCAM
+    assert ("HKL101 fix at 31:22 not applied: unverified (the fix changes the `grad_input` `backward_hook` "
+            "reads on `block` from (2, 16, 32, 32) to (2, 8, 32, 32), and `backward_hook` itself could not be "
+            "run here to show that its code still works)") in r.stderr, r.stderr
+    # the file was checked: the summary counts the fix left out, and does not suggest the flag given
+    assert "Also 1 fix not applied (see above)." in r.stderr and "not checked" not in r.stderr
+    assert "more with `--unsafe-fixes`" not in r.stderr
+    # applied without a proof, the fix does break the script
+    hooklint(path.parent, "--fix", "--unsafe-fixes", "legacy_cam.py")
+    assert "target_layer.register_full_backward_hook(self.backward_hook)" in path.read_text()
+    broken = run_script(path)
+    assert broken.returncode != 0 and "must match the size of tensor b (16)" in broken.stderr, broken.stderr

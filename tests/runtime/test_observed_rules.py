@@ -502,6 +502,47 @@ def test_hkl403_fixed_clean(observe):
     assert observe(INPLACE.format(inplace=False)).findings == []
 
 
+GUIDED_BACKPROP_FINALLY = """
+import torch
+import torch.nn as nn
+
+def relu_hook(module, grad_input, grad_output):
+    return (torch.clamp(grad_input[0], min=0.0),)
+
+def guided(model, image):
+    handles = []
+    for module in model.modules():
+        if isinstance(module, nn.ReLU):
+            handles.append(module.register_full_backward_hook(relu_hook))  # REGISTER
+    try:
+        image = image.clone().requires_grad_(True)
+        model(image).sum().backward()
+        return image.grad
+    finally:
+        for h in handles:
+            h.remove()
+
+model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace={inplace}), nn.Conv2d(4, 2, 3))
+grad = guided(model, torch.rand(1, 3, 8, 8))
+"""
+
+
+def test_hkl403_hooks_removed_in_finally_while_the_error_propagates(observe):
+    # the handles are gone (`finally`) by the time the error is explained: the
+    # in-place ReLU still has to be reported, at the registration
+    run = observe(GUIDED_BACKPROP_FINALLY.format(inplace=True), expect_error=RuntimeError)
+    assert "Output 0 of BackwardHookFunction is a view" in str(run.error)
+    finding = run.only("HKL403")
+    assert finding.location.row == run.line_of("# REGISTER")
+    assert "`model.1` (ReLU)" in finding.message and "input was then modified in place" in finding.message
+
+
+def test_hkl403_hooks_removed_in_finally_fixed_clean(observe):
+    run = observe(GUIDED_BACKPROP_FINALLY.format(inplace=False))
+    assert run.namespace["grad"].shape == (1, 3, 8, 8)
+    assert run.findings == []
+
+
 # -- HKL503: a parameter that never receives a gradient ---------------------------------------
 
 FUNCTION = """
