@@ -1,8 +1,8 @@
 """Gradient noise added from a tensor hook that edits p.grad of the parameter
 captured by its closure, instead of the gradient it is given (buggy: a
 Tensor.register_hook hook runs before the gradient accumulates into p.grad, so
-it edits last step's .grad, or crashes on None after zero_grad(set_to_none=True);
-the noise it adds is then overwritten / lost)."""
+it edits last step's .grad, and after zero_grad(set_to_none=True) .grad is None
+so the guarded edit never runs: no noise is ever added to this step's gradient)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -11,8 +11,8 @@ import torch.nn.functional as F
 def add_gradient_noise(model, std):
     for p in model.parameters():
         def noise(grad, p=p):
-            if p.grad is not None:
-                p.grad.add_(torch.randn_like(p.grad) * std)  # expect: HKL201 (no rule covers tensor hooks yet)
+            if p.grad is not None:  # expect: HKL204
+                p.grad.add_(torch.randn_like(p.grad) * std)
         p.register_hook(noise)
 
 

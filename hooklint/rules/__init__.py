@@ -13,6 +13,7 @@ _RULE_MODULES = (
     "hooklint.rules.syntax",
     "hooklint.rules.legacy",
     "hooklint.rules.grad_edit",
+    "hooklint.rules.grad_edit_in_tensor_hook",
     "hooklint.rules.lifetime",
     "hooklint.rules.shared_hook_handles",
     "hooklint.rules.hook_removed_while_needed",
