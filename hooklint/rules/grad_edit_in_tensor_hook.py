@@ -20,11 +20,21 @@ _HELP = ("Change the gradient the hook is given and return it (`def hook(grad): 
          "(torch >= 2.1), which runs after `.grad` holds this step's gradient and receives the parameter.")
 
 
-def _hooks_a_parameter(ctx: FileContext, reg: Registration) -> bool:
+def _is_parameter_value(ctx: FileContext, value, expr) -> bool:
+    return (isinstance(value, TensorValue) and value.parameter) or (expr is not None and _is_parameter(ctx, expr))
+
+
+def _parameter_target(ctx: FileContext, reg: Registration) -> str | None:
+    """How the message names the hooked parameter, when the file shows it is one: the
+    receiver as written, or through a helper's call site that passes a parameter."""
     if reg.receiver is None:
-        return False
-    value = reg.receiver_value
-    return (isinstance(value, TensorValue) and value.parameter) or _is_parameter(ctx, reg.receiver)
+        return None
+    if _is_parameter_value(ctx, reg.receiver_value, reg.receiver):
+        return f"`{src(reg.receiver)}`"
+    for instance in ctx.hooks.instances_of(reg.call):
+        if instance.traveled and _is_parameter_value(ctx, instance.receiver_value, instance.receiver_origin):
+            return instance.describe_target()
+    return None
 
 
 class GradEditInTensorHook(Rule):
@@ -48,8 +58,15 @@ class GradEditInTensorHook(Rule):
     unguarded one raises `AttributeError`; or, when gradients are kept
     (`zero_grad(set_to_none=False)`, gradient accumulation), zeros or the
     gradient accumulated so far, which the hook edits before this step's
-    gradient is added on top.  Either way the edit never applies to this
-    step's gradient.
+    gradient is added on top: a scaling, clamping or zeroing edit acts on the
+    old value only and this step's gradient goes in unchanged (an additive
+    edit on gradients zeroed in place happens to end up in the sum).  Either
+    way the edit never applies to this step's gradient.  A hook that reads
+    `.grad` (to log a norm, to decide) reads the old value.
+
+    A loop that registers a closure over its loop variable
+    (`for p in ...: p.register_hook(lambda g: p.grad ...)`) adds a second
+    bug: every hook sees the loop's last parameter when it runs.
 
     ## Known problems
     Only the parameter the hook is registered on is followed, and only where
@@ -77,9 +94,13 @@ class GradEditInTensorHook(Rule):
     def add_gradient_noise(model, std):
         for p in model.parameters():
             p.register_hook(lambda grad: grad + torch.randn_like(grad) * std)
-            # or, on the accumulated gradient (torch >= 2.1):
-            # p.register_post_accumulate_grad_hook(
-            #     lambda p: p.grad.add_(torch.randn_like(p.grad) * std))
+
+    # or, on the accumulated gradient (torch >= 2.1); the hook must return None
+    def add_gradient_noise_after(model, std):
+        def noise(p):
+            p.grad.add_(torch.randn_like(p.grad) * std)
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(noise)
     ```
 
     ## Fix safety
@@ -154,7 +175,10 @@ class GradEditInTensorHook(Rule):
         for reg in ctx.hooks.registrations:
             if reg.kind is not HookKind.TENSOR or reg.hook is None or reg.receiver is None:
                 continue
-            if id(reg.hook.node) in reported or not _hooks_a_parameter(ctx, reg):
+            if id(reg.hook.node) in reported:
+                continue
+            target = _parameter_target(ctx, reg)
+            if target is None:
                 continue
             grads = [u for u in hooked_tensor_uses(ctx.model, reg.receiver, reg.hook_expr, reg.hook.node,
                                                    reg.hook.via)
@@ -164,14 +188,13 @@ class GradEditInTensorHook(Rule):
             reported.add(id(reg.hook.node))
             first = grads[0]
             grad_node = first.node._hl_parent  # type: ignore[attr-defined]
-            late = (f"; and `{src(first.node)}` is a closure over the loop variable, so every hook sees the "
-                    f"last parameter of the loop" if first.late_bound else "")
+            late = (f"; moreover `{src(first.node)}` is the loop variable, read when the hook runs, so every "
+                    f"hook sees the loop's last parameter" if first.late_bound else "")
             writes = any(_writes_through(u.node._hl_parent) for u in grads)  # type: ignore[attr-defined]
             consequence = ("the edit never applies to this step's gradient" if writes else
                            "what it reads is never this step's gradient")
             message = (
-                f"`{hook_label(reg)}` (tensor hook on the parameter `{src(reg.receiver)}` at line "
-                f"{reg.call.lineno}) {'writes to' if writes else 'reads'} `{src(grad_node)}`, the `.grad` of the "
+                f"`{hook_label(reg)}` (tensor hook at line {reg.call.lineno} on the parameter {target}) {'writes to' if writes else 'reads'} `{src(grad_node)}`, the `.grad` of the "
                 f"parameter it is hooked on (reached through a {first.how}), but a parameter's tensor hook runs "
                 f"before this step's gradient is accumulated into `.grad`: there `.grad` is None after "
                 f"`zero_grad()` (a `.grad is not None` guard then skips the hook's work every step) or holds "
