@@ -194,8 +194,9 @@ class GradEditInTensorHook(Rule):
             consequence = ("the edit never applies to this step's gradient" if writes else
                            "what it reads is never this step's gradient")
             message = (
-                f"`{hook_label(reg)}` (tensor hook at line {reg.call.lineno} on the parameter {target}) {'writes to' if writes else 'reads'} `{src(grad_node)}`, the `.grad` of the "
-                f"parameter it is hooked on (reached through a {first.how}), but a parameter's tensor hook runs "
+                f"`{hook_label(reg)}` (tensor hook at line {reg.call.lineno} on the parameter {target}) "
+                f"{'writes to' if writes else 'reads'} `{src(grad_node)}`, the `.grad` of the parameter "
+                f"it is hooked on (reached through a {first.how}), but a parameter's tensor hook runs "
                 f"before this step's gradient is accumulated into `.grad`: there `.grad` is None after "
                 f"`zero_grad()` (a `.grad is not None` guard then skips the hook's work every step) or holds "
                 f"the previous steps' gradient, which this step's gradient is added to afterwards; "

@@ -20,7 +20,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.bodies import body_nodes
-from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
+from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
 
 _MAX_DEPTH = 6
 
@@ -152,7 +152,12 @@ def hooked_tensor_uses(model: SemanticModel, receiver: ast.expr, hook_expr: ast.
         factory = model.enclosing_function(func)
         if isinstance(factory, FunctionNode):
             factory_params = _param_bindings(model, factory)
-            for name, arg in _call_arguments(call, positional_params(factory)):
+            names = positional_params(factory)
+            scope = model.scopes.get(factory)
+            if scope is not None and scope.parent is not None and scope.parent.kind == "class" \
+                    and not is_staticmethod(factory):
+                names = names[1:]  # `self.make_hook(p)`: the call does not pass `self`
+            for name, arg in _call_arguments(call, names):
                 if name in factory_params:
                     aliases[factory_params[name]] = (arg, "factory argument")
     elif via == "method" and isinstance(hook_expr, ast.Attribute):
