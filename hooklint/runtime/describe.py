@@ -82,9 +82,10 @@ def hook_code_key(fn: Any) -> Any:
     return type(fn)
 
 
-def argument_name(fn: Any, position: int) -> str | None:
-    """The name under which the hook receives its ``position``-th argument
-    (0-based, as PyTorch passes them), or None when it cannot be seen."""
+def _code_and_index(fn: Any, position: int) -> tuple[types.CodeType, int] | None:
+    """The code object that receives the hook's ``position``-th argument and
+    that argument's index among its parameters, past what ``partial``, a bound
+    ``self`` or a ``__call__`` object fill in; None for builtins."""
     bound = 0
     while isinstance(fn, functools.partial):
         bound += len(fn.args)
@@ -97,8 +98,16 @@ def argument_name(fn: Any, position: int) -> str | None:
         if not isinstance(call, types.FunctionType):
             return None
         fn, bound = call, bound + 1
-    code = fn.__code__
-    index = position + bound
+    return fn.__code__, position + bound
+
+
+def argument_name(fn: Any, position: int) -> str | None:
+    """The name under which the hook receives its ``position``-th argument
+    (0-based, as PyTorch passes them), or None when it cannot be seen."""
+    found = _code_and_index(fn, position)
+    if found is None:
+        return None
+    code, index = found
     if index >= code.co_argcount:
         return None
     return code.co_varnames[index]
@@ -132,20 +141,10 @@ def attribute_names(fn: Any) -> set[str]:
 def reads_parameter(fn: Any, position: int) -> bool | None:
     """Whether the hook's code ever loads its ``position``-th argument (0-based, as
     PyTorch passes them).  None when that cannot be seen (builtins, ``*args``)."""
-    bound = 0
-    while isinstance(fn, functools.partial):
-        bound += len(fn.args)
-        fn = fn.func
-    if inspect.ismethod(fn):
-        fn = fn.__func__
-        bound += 1
-    elif not isinstance(fn, types.FunctionType):
-        call = getattr(type(fn), "__call__", None)
-        if not isinstance(call, types.FunctionType):
-            return None
-        fn, bound = call, bound + 1
-    code = fn.__code__
-    index = position + bound
+    found = _code_and_index(fn, position)
+    if found is None:
+        return None
+    code, index = found
     if index >= code.co_argcount + code.co_kwonlyargcount:
         return None if code.co_flags & inspect.CO_VARARGS else False
     name = code.co_varnames[index]
