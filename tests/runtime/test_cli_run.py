@@ -100,6 +100,13 @@ def test_usage_errors(tmp_path):
     assert nothing.returncode == 2 and "nothing to run" in nothing.stderr
     no_module = run_cli("run", "-m", "no_such_module_xyz", cwd=tmp_path)
     assert no_module.returncode == 2 and "No module named no_such_module_xyz" in no_module.stderr
+    # run as Python, a notebook's JSON fails in the "script" and the run looked clean (bench/trial.py)
+    (tmp_path / "debug.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    notebook = run_cli("run", "debug.ipynb", cwd=tmp_path)
+    assert notebook.returncode == 2 and notebook.stdout == ""
+    assert notebook.stderr.strip().splitlines() == [
+        "hooklint: error: debug.ipynb: a Jupyter notebook, not a Python script; export it first "
+        "(`jupyter nbconvert --to script debug.ipynb`), or check it with `hooklint check`"]
 
 
 def test_exception_from_pytorch_is_mapped(write, tmp_path, capsys):
