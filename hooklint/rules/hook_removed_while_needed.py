@@ -19,6 +19,8 @@ _CLEANUP_WORDS = frozenset({
     "remove", "release", "close", "detach", "clean", "cleanup", "clear", "reset", "unregister", "unhook",
     "teardown", "disable", "stop", "finish", "finalize", "deactivate", "dispose", "shutdown", "exit", "del",
     "off", "restore", "free", "destroy", "uninstall", "undo", "end", "done", "unpatch", "delete", "drop",
+    # adapters injected by hooks (peft's `unload()`, `merge_and_unload()`): merged weights replace the hooks
+    "unload", "unmerge", "merge",
 })
 _CLEANUP_PREFIXES = ("remove", "release", "close", "detach", "clean", "clear", "reset", "unregister", "unhook",
                      "teardown", "disable", "stop", "deactivate", "dispose", "destroy", "uninstall")
@@ -41,7 +43,7 @@ class HookRemovedWhileNeeded(Rule):
     `__init__` (or in a method only `__init__` calls), when the removal is in
     a method that runs again: a module's `forward`, `__call__`, or a public
     method that is not a cleanup method (`close`, `remove_hooks`,
-    `__exit__`...).
+    `__exit__`, an adapter's `unload`...).
 
     ## Why is this bad?
     A removed hook is gone for good.  The first call of the method runs with

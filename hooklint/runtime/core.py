@@ -87,7 +87,7 @@ class HookRecord:
     __slots__ = ("kind", "is_global", "name", "site", "roots", "target_ref", "target_label", "handle_id",
                  "dict_ref", "sessions", "live", "fired", "runs", "last_task", "removed", "reg_seq", "reg_thread",
                  "key", "code_key", "site_group", "subject_noun", "uses_grad_input", "intent_names",
-                 "gradient_named", "snapshot_data", "__weakref__")
+                 "gradient_named", "snapshot_data", "caller_site", "__weakref__")
 
     def __init__(self, kind: HookKind, is_global: bool, hook: Any, site: Site, roots: describe.Roots,
                  target: Any, sessions: list, adopted: bool = False, target_name: str | None = None):
@@ -112,6 +112,9 @@ class HookRecord:
         self.handle_id = -1
         self.dict_ref: weakref.ref | None = None
         self.sessions = list(sessions)
+        # the call in another file that led to the registration (`GradCAM(model, layer)` in the script's
+        # loop, for a hook registered in a library's __init__); set by Registry.registered
+        self.caller_site: Site | None = None
         self.live = True
         self.fired = 0  # calls of the hook
         self.runs = 0  # forwards of the target module while registered (module hooks)
@@ -443,6 +446,7 @@ class Runtime:
         name = describe.variable_name(caller, target) if isinstance(target, torch.Tensor) else None
         rec = HookRecord(kind, is_global, hook, frames.site_of(caller), describe.Roots.capture(caller),
                          target, sessions, target_name=name)
+        rec.caller_site = frames.caller_in_other_file(caller)
         for session in sessions:
             session._records.append(rec)
         return rec

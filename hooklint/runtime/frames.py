@@ -102,6 +102,25 @@ def site_of(frame: types.FrameType) -> Site:
     return Site(code.co_filename, line, column, end_line, end_column)
 
 
+# How many frames above a registration are searched for the caller in another file.
+_CALLER_SEARCH_DEPTH = 8
+
+
+def caller_in_other_file(frame: types.FrameType) -> Site | None:
+    """Where user code in another file called into ``frame``'s file: the line
+    of the script that called the library which registered a hook."""
+    filename = frame.f_code.co_filename
+    outer = frame.f_back
+    for _ in range(_CALLER_SEARCH_DEPTH):
+        if outer is None:
+            return None
+        name = outer.f_code.co_filename
+        if name != filename and not is_internal(name) and not name.startswith("<"):
+            return site_of(outer)
+        outer = outer.f_back
+    return None
+
+
 def user_frame(depth: int = 1) -> types.FrameType | None:
     """The innermost frame, ``depth`` frames above the caller, that is not torch's or hooklint's."""
     frame: types.FrameType | None = sys._getframe(depth + 1)

@@ -64,6 +64,11 @@ def repeated_registration(group: list["HookRecord"], across_runs: bool = False) 
     kind_of_copies = (" (each registration made a new closure or bound object: distinct hooks doing the same "
                       "thing)") if distinct else ""
     related = []
+    # registered in a library, repeated by a call in the user's script: say where that call is
+    callers = {(r.caller_site.filename, r.caller_site.line) if r.caller_site else None for r in group}
+    if len(sites) == 1 and len(callers) == 1 and newest.caller_site is not None:
+        origin += f", each time through the call at {newest.caller_site},"
+        related.append(newest.caller_site.related("the call that repeats the registration"))
     listed = {(newest.site.filename, newest.site.line)}
     for rec in group[:-1]:
         where = (rec.site.filename, rec.site.line)

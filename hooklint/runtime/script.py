@@ -28,6 +28,10 @@ def check_target(script: str | None, module: str | None) -> None:
     if script is not None:
         if not os.path.exists(script):
             raise ScriptNotFound(f"{script}: no such file or directory")
+        if script.lower().endswith(".ipynb"):
+            # run as Python, the notebook's JSON fails at its first `null`, in the user's "script"
+            raise ScriptNotFound(f"{script}: a Jupyter notebook, not a Python script; export it first "
+                                 f"(`jupyter nbconvert --to script {script}`), or check it with `hooklint check`")
         return
     assert module is not None
     try:

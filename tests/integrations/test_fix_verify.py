@@ -303,3 +303,29 @@ def test_a_fix_that_changes_what_an_unreachable_hook_reads_is_unverified(write):
     assert "target_layer.register_full_backward_hook(self.backward_hook)" in path.read_text()
     broken = run_script(path)
     assert broken.returncode != 0 and "must match the size of tensor b (16)" in broken.stderr, broken.stderr
+
+
+def test_a_notebook_fix_is_unverified_with_the_reason(write):
+    # the proofs work on a script's text; in a notebook the finding's row is a cell's, and the message
+    # was "could not find the registration again" (bench/trial.py, hook_debugging.ipynb)
+    import json
+
+    cells = ["import torch\nimport torch.nn as nn", "net = nn.Sequential(nn.Linear(4, 4), nn.Tanh())\ngrads = []",
+             "def log(module, grad_input, grad_output):\n    grads.append(grad_output[0])\n\n"
+             "net[0].register_backward_hook(log)",
+             "net(torch.randn(2, 4)).sum().backward()\nprint('ran', len(grads))"]
+    notebook = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                           "source": text} for i, text in enumerate(cells)],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = write("debug.ipynb", json.dumps(notebook))
+    r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "debug.ipynb")
+    assert ("debug.ipynb: HKL101 fix at 4:8 not applied: unverified (fixes in notebooks are not proven yet: run the "
+            "fixed cells to check it)") in r.stderr, r.stderr
+    assert json.loads(path.read_text()) == notebook
+    # without --verify the fix is applied, the notebook still loads and its cells run with the fixed hook
+    hooklint(path.parent, "--fix", "--unsafe-fixes", "debug.ipynb")
+    fixed = json.loads(path.read_text())
+    source = "\n".join("".join(c["source"]) for c in fixed["cells"])
+    assert "net[0].register_forward_hook(output_grad_hook(log))" in source
+    ran = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ran 1", ran.stderr

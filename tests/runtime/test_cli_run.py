@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -100,6 +101,13 @@ def test_usage_errors(tmp_path):
     assert nothing.returncode == 2 and "nothing to run" in nothing.stderr
     no_module = run_cli("run", "-m", "no_such_module_xyz", cwd=tmp_path)
     assert no_module.returncode == 2 and "No module named no_such_module_xyz" in no_module.stderr
+    # run as Python, a notebook's JSON fails in the "script" and the run looked clean (bench/trial.py)
+    (tmp_path / "debug.ipynb").write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    notebook = run_cli("run", "debug.ipynb", cwd=tmp_path)
+    assert notebook.returncode == 2 and notebook.stdout == ""
+    assert notebook.stderr.strip().splitlines() == [
+        "hooklint: error: debug.ipynb: a Jupyter notebook, not a Python script; export it first "
+        "(`jupyter nbconvert --to script debug.ipynb`), or check it with `hooklint check`"]
 
 
 def test_exception_from_pytorch_is_mapped(write, tmp_path, capsys):
@@ -154,3 +162,36 @@ def test_forward_hook_leak_judged_when_the_script_ends(write, tmp_path, capsys):
     findings = json.loads(out.read_text())
     assert [(f["code"], f["location"]["row"]) for f in findings] == [("HKL304", 8)]
     assert "registered 4 times on `net` (Linear)" in findings[0]["message"]
+
+
+def test_leak_registered_in_a_library_names_the_repeating_call(tmp_path):
+    """A hook registered in a library's constructor, repeated by a loop in the
+    script (bench/trial_scripts/proj_explain): the finding is at the
+    registration and names the script's call that repeats it."""
+    (tmp_path / "explain.py").write_text(textwrap.dedent("""
+        class Saver:
+            def __init__(self, layer):
+                self.outputs = []
+                self.handle = layer.register_forward_hook(self.save)  # REGISTER
+
+            def save(self, module, inputs, output):
+                self.outputs.append(output)
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import torch
+        from explain import Saver
+
+        net = torch.nn.Linear(3, 2)
+        for _ in range(3):
+            saver = Saver(net)  # CALL
+            net(torch.rand(1, 3))
+        print(len(net._forward_hooks))
+    """))
+    r = run_cli("run", "--output-format", "json", "-o", "f.json", "main.py", cwd=tmp_path)
+    assert r.stdout.strip() == "3", r.stderr  # the real behaviour: three live hooks
+    findings = json.loads((tmp_path / "f.json").read_text())
+    assert [(f["code"], f["filename"], f["location"]["row"]) for f in findings] == [("HKL304", "explain.py", 5)]
+    assert ("registered 3 times on `layer` (Linear) from the same line, each time through the call at main.py:7, "
+            "and never removed") in findings[0]["message"]
+    assert [(r["message"], r["filename"], r["location"]["row"]) for r in findings[0]["related"]] == [
+        ("the call that repeats the registration", "main.py", 7)]

@@ -1,0 +1,3 @@
+from .gradcam import GradCAM
+
+__all__ = ["GradCAM"]

@@ -1,0 +1,3 @@
+from .saliency import Saliency, GradCAM
+
+__all__ = ["GradCAM", "Saliency"]
