@@ -17,7 +17,9 @@ the hooked module (hook-semantics.md sections 1 and 5).
 
 from __future__ import annotations
 
+import runpy
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -57,21 +59,8 @@ def vgg_like():
     )
 
 
-class BasicBlock(nn.Module):  # torchvision's ResNet BasicBlock, small
-    def __init__(self, channels=4):
-        super().__init__()
-        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn1 = nn.BatchNorm2d(channels)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(channels)
-
-    def forward(self, x):
-        identity = x
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out += identity
-        return self.relu(out)
+# torchvision's ResNet BasicBlock, small: `out += identity` after bn2, in-place ReLUs
+BasicBlock = runpy.run_path(str(Path(__file__).parents[2] / "fixtures" / "models" / "residual.py"))["BasicBlock"]
 
 
 def resnet_like():
