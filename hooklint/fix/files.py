@@ -29,6 +29,14 @@ from hooklint.static.notebook import CELL_BOUNDARY, Notebook, is_notebook, read_
 from hooklint.static.source import SourceError, decode_source
 
 
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
+
+
 @dataclass(frozen=True)
 class SourceFile:
     path: str
@@ -37,12 +45,7 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str) -> "SourceFile":
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
-        return cls.from_bytes(path, data)
+        return cls.from_bytes(path, _read_bytes(path))
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes) -> "SourceFile":
@@ -84,12 +87,7 @@ class NotebookFile:
 
     @classmethod
     def read(cls, path: str) -> "NotebookFile":
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise SourceError("io", f"cannot read file: {exc.strerror or exc}") from None
-        return cls.from_bytes(path, data)
+        return cls.from_bytes(path, _read_bytes(path))
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes) -> "NotebookFile":

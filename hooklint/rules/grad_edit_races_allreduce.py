@@ -15,7 +15,7 @@ from hooklint.rules.grad_edit import (
     registrations_by_hook,
 )
 from hooklint.static.context import FileContext
-from hooklint.static.distributed import wraps_of
+from hooklint.static.distributed import module_target_path, wraps_of
 from hooklint.static.values import src
 
 _HELP = ("Edit the gradient before DDP reads it: `param.register_hook(lambda g: ...)` (returns the new gradient) or "
@@ -205,13 +205,7 @@ class GradEditRacesAllreduce(Rule):
                 if reg.is_global:
                     wrap = first_ddp
                 else:
-                    module = reg.receiver_module
-                    if module is not None and module.applied_from is not None:
-                        applied = wraps.path_of(module.applied_from)
-                        target = applied.child("**") if applied is not None else None
-                    else:
-                        target = wraps.path_of(reg.receiver) if reg.receiver is not None else None
-                    wrap = wraps.covering(target, "ddp")
+                    wrap = wraps.covering(module_target_path(wraps, reg), "ddp")
                 if wrap is not None:
                     break
             if wrap is None:

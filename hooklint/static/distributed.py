@@ -266,6 +266,17 @@ def wraps_of(ctx) -> Wraps | None:
     return ctx.__dict__["_hl_wraps"]
 
 
+def module_target_path(wraps: Wraps, reg):
+    """Where a module hook's target sits among the file's wraps: the hooked
+    module's path, or every submodule (``**``) of what ``model.apply(fn)`` was
+    called on; None when the file does not show it."""
+    module = reg.receiver_module
+    if module is not None and module.applied_from is not None:
+        applied = wraps.path_of(module.applied_from)
+        return applied.child("**") if applied is not None else None
+    return wraps.path_of(reg.receiver) if reg.receiver is not None else None
+
+
 def engines_of_registrations(ctx, regs) -> set[str]:
     """The engines ("ddp", "fsdp2") the file shows wrapping the targets of ``regs``."""
     wraps = wraps_of(ctx)
@@ -277,12 +288,7 @@ def engines_of_registrations(ctx, regs) -> set[str]:
             found |= wraps.engines()
             continue
         if reg.kind.is_module:
-            module = reg.receiver_module
-            if module is not None and module.applied_from is not None:
-                applied = wraps.path_of(module.applied_from)
-                target = applied.child("**") if applied is not None else None
-            else:
-                target = wraps.path_of(reg.receiver) if reg.receiver is not None else None
+            target = module_target_path(wraps, reg)
         else:
             target = wraps.parameter_module_path(reg.receiver) if reg.receiver is not None else None
         for engine in ("ddp", "fsdp2"):
