@@ -16,11 +16,18 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Finding, Fix, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.bodies import TENSOR, body_nodes, inplace_writes, name_uses, return_statements
+from hooklint.static.bodies import (
+    TENSOR,
+    body_nodes,
+    inplace_writes,
+    name_uses,
+    return_statements,
+)
 from hooklint.static.context import FileContext
+from hooklint.static.grads import is_parameter, parameter_grads, writes_through
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.semantic import FunctionNode
-from hooklint.static.values import TensorValue, src
+from hooklint.static.values import src
 
 MODULE_BACKWARD_KINDS = (HookKind.BACKWARD_LEGACY, HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE)
 # Every module backward registration API contains one of these
@@ -56,9 +63,6 @@ _WHEN = {
         "and last step's afterwards, and the edit is lost"
     ),
 }
-
-_PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
-
 
 def registrations_by_hook(ctx: FileContext, kinds: tuple[HookKind, ...]) -> dict[ast.AST, list[Registration]]:
     """Registrations of the given kinds, grouped by the hook function they run
@@ -97,60 +101,6 @@ def describe_registrations(regs: list[Registration]) -> str:
 def registration_notes(ctx: FileContext, regs: list[Registration]) -> list[Related]:
     return [Related(f"registered as a {KIND_WORDS[r.kind]} on {r.describe_target()}", ctx.display_path,
                     ctx.span(r.call)[0]) for r in regs]
-
-
-def _is_parameter(ctx: FileContext, expr: ast.AST, depth: int = 0) -> bool:
-    """Is ``expr`` a parameter (so that ``expr.grad`` is written by AccumulateGrad)?"""
-    if depth > 5:
-        return False
-    if isinstance(expr, ast.Attribute):
-        if expr.attr in ("weight", "bias") or expr.attr.endswith(("_weight", "_bias")):
-            return True
-        value = ctx.inference.infer(expr)
-        return isinstance(value, TensorValue) and value.parameter
-    if isinstance(expr, ast.Name):
-        for binding in ctx.model.bindings_at(expr):
-            value = binding.value
-            if binding.kind == "for" and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-                    and _PARAM_ITERATORS.get(value.func.attr) == binding.path:
-                return True
-            if binding.kind == "assign" and not binding.path and isinstance(value, ast.AST) and value is not expr \
-                    and _is_parameter(ctx, value, depth + 1):
-                return True
-        value = ctx.inference.infer(expr)
-        return isinstance(value, TensorValue) and value.parameter
-    return False
-
-
-def parameter_grads(ctx: FileContext, func: ast.AST) -> list[ast.Attribute]:
-    """``<parameter>.grad`` expressions in a function body, in source order."""
-    found = [n for n in body_nodes(func) if isinstance(n, ast.Attribute) and n.attr == "grad"
-             and _is_parameter(ctx, n.value)]
-    found.sort(key=lambda n: (n.lineno, n.col_offset))
-    return found
-
-
-def _writes_through(node: ast.Attribute) -> bool:
-    """Is this ``.grad`` expression (or a view of it) assigned to or edited in place?"""
-    child: ast.AST = node
-    parent = getattr(node, "_hl_parent", None)
-    while isinstance(parent, (ast.Attribute, ast.Subscript, ast.Call)):
-        if isinstance(parent, ast.Attribute) and parent.value is child:
-            if parent.attr.endswith("_") and not parent.attr.startswith("_"):
-                return True
-            if parent.attr not in ("data", "view", "view_as", "detach"):
-                return False
-        elif isinstance(parent, ast.Subscript):
-            if isinstance(parent.ctx, ast.Store):
-                return True
-            if parent.value is not child:
-                return False
-        elif isinstance(parent, ast.Call) and parent.func is not child:
-            return False
-        child, parent = parent, getattr(parent, "_hl_parent", None)
-    if isinstance(parent, (ast.Assign, ast.AugAssign)) and child is not getattr(parent, "value", None):
-        return True
-    return isinstance(node.ctx, ast.Store)
 
 
 class GradEditInModuleHook(Rule):
@@ -303,7 +253,7 @@ class GradEditInModuleHook(Rule):
                 continue
             first = accesses[0]
             hook_name = hook_label(regs[0])
-            verb = "writes to" if any(_writes_through(a) for a in accesses) else "reads"
+            verb = "writes to" if any(writes_through(a) for a in accesses) else "reads"
             when = "; ".join(dict.fromkeys(_WHEN[r.kind] for r in regs))
             message = (f"`{hook_name}` ({describe_registrations(regs)}) {verb} `{src(first)}`, "
                        f"but {when}")
@@ -493,7 +443,7 @@ def _none_test(ctx: FileContext, test: ast.expr) -> tuple[str, ast.Attribute] | 
     also as one operand of ``or`` / ``and`` respectively."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.comparators[0], ast.Constant) \
             and test.comparators[0].value is None and isinstance(test.left, ast.Attribute) \
-            and test.left.attr == "grad" and _is_parameter(ctx, test.left.value):
+            and test.left.attr == "grad" and is_parameter(ctx, test.left.value):
         if isinstance(test.ops[0], ast.Is):
             return "is", test.left
         if isinstance(test.ops[0], ast.IsNot):

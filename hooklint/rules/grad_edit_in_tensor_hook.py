@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import ast
-
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.grad_edit import _is_parameter, _writes_through, hook_label
+from hooklint.rules.grad_edit import hook_label
 from hooklint.static.context import FileContext
+from hooklint.static.grads import is_parameter, writes_through
 from hooklint.static.hooked_tensor import hooked_tensor_uses
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.values import TensorValue, src
@@ -21,7 +21,7 @@ _HELP = ("Change the gradient the hook is given and return it (`def hook(grad): 
 
 
 def _is_parameter_value(ctx: FileContext, value, expr) -> bool:
-    return (isinstance(value, TensorValue) and value.parameter) or (expr is not None and _is_parameter(ctx, expr))
+    return (isinstance(value, TensorValue) and value.parameter) or (expr is not None and is_parameter(ctx, expr))
 
 
 def _parameter_target(ctx: FileContext, reg: Registration) -> str | None:
@@ -190,7 +190,7 @@ class GradEditInTensorHook(Rule):
             grad_node = first.node._hl_parent  # type: ignore[attr-defined]
             late = (f"; moreover `{src(first.node)}` is the loop variable, read when the hook runs, so every "
                     f"hook sees the loop's last parameter" if first.late_bound else "")
-            writes = any(_writes_through(u.node._hl_parent) for u in grads)  # type: ignore[attr-defined]
+            writes = any(writes_through(u.node._hl_parent) for u in grads)  # type: ignore[attr-defined]
             consequence = ("the edit never applies to this step's gradient" if writes else
                            "what it reads is never this step's gradient")
             message = (

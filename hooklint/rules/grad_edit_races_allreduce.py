@@ -8,24 +8,18 @@ from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.rules.grad_edit import (
     MODULE_BACKWARD_KINDS,
-    _writes_through,
     describe_registrations,
     hook_label,
-    parameter_grads,
     registrations_by_hook,
 )
 from hooklint.static.context import FileContext
-from hooklint.static.distributed import module_target_path, wraps_of
+from hooklint.static.distributed import call_text, module_target_path, wraps_of
+from hooklint.static.grads import parameter_grads, writes_through
 from hooklint.static.values import src
 
 _HELP = ("Edit the gradient before DDP reads it: `param.register_hook(lambda g: ...)` (returns the new gradient) or "
          "`param.register_post_accumulate_grad_hook(fn)` (edits `param.grad` in place); both run before the "
          "all-reduce, so the edit is averaged like the gradient.")
-
-
-def _call_text(call) -> str:
-    text = src(call)
-    return text if len(text) <= 60 and "\n" not in text else f"{src(call.func)}(...)"
 
 
 class GradEditRacesAllreduce(Rule):
@@ -197,7 +191,7 @@ class GradEditRacesAllreduce(Rule):
             return
         first_ddp = next(w for w in wraps.all if w.engine == "ddp")
         for func, regs in hooks.items():
-            writes = [a for a in parameter_grads(ctx, func) if _writes_through(a)]
+            writes = [a for a in parameter_grads(ctx, func) if writes_through(a)]
             if not writes:
                 continue
             wrap = None
@@ -214,7 +208,7 @@ class GradEditRacesAllreduce(Rule):
             yield self.finding(
                 ctx, write,
                 f"`{hook_label(regs[0])}` ({describe_registrations(regs)}) writes `{src(write)}` on a module that "
-                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} wraps: DDP copies each gradient into its bucket "
+                f"`{call_text(wrap.call)}` at line {wrap.call.lineno} wraps: DDP copies each gradient into its bucket "
                 f"for the all-reduce as soon as it is accumulated, before a module backward hook runs, and writes "
                 f"the reduced bucket back into `.grad` at the end of backward, so the edit is overwritten",
                 help=_HELP,

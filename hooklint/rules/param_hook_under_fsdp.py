@@ -6,11 +6,11 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.grad_edit import _is_parameter, hook_label
+from hooklint.rules.grad_edit import hook_label
 from hooklint.static.context import FileContext
-from hooklint.static.distributed import wraps_of
+from hooklint.static.distributed import call_text, wraps_of
+from hooklint.static.grads import is_parameter
 from hooklint.static.hooks import HookKind
-from hooklint.rules.grad_edit_races_allreduce import _call_text
 from hooklint.static.values import src
 
 _HELP = ("Register `param.register_post_accumulate_grad_hook(fn)` on the sharded parameter, after `fully_shard` "
@@ -183,7 +183,7 @@ class ParamHookUnderFsdp(Rule):
         if wraps is None or "fsdp2" not in wraps.engines():
             return
         for reg in registrations:
-            if reg.receiver is None or not _is_parameter(ctx, reg.receiver):
+            if reg.receiver is None or not is_parameter(ctx, reg.receiver):
                 continue
             wrap = wraps.covering(wraps.parameter_module_path(reg.receiver), "fsdp2")
             if wrap is None:
@@ -195,7 +195,7 @@ class ParamHookUnderFsdp(Rule):
             yield self.finding(
                 ctx, reg.call.func,
                 f"tensor hook `{hook_label(reg)}` on the parameter `{src(reg.receiver)}` never runs: "
-                f"`{_call_text(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each "
+                f"`{call_text(wrap.call)}` at line {wrap.call.lineno} shards its module, and FSDP2 replaces each "
                 f"parameter by a sharded DTensor; the gradient flows to the unsharded parameter FSDP gathers for each forward "
                 f"and is reduce-scattered into `.grad` of the sharded one, so a tensor hook on either never runs"
                 f"{order}",

@@ -23,7 +23,7 @@ import ast
 from dataclasses import dataclass
 from functools import cached_property
 
-from hooklint.static.semantic import SemanticModel
+from hooklint.static.semantic import SemanticModel, short_source
 from hooklint.static.values import Inference, ModuleValue
 
 DDP_NAMES = frozenset({
@@ -264,6 +264,12 @@ def wraps_of(ctx) -> Wraps | None:
         shows = any(word in text for word in DDP_TRIGGERS[:1] + FSDP2_TRIGGERS)
         ctx.__dict__["_hl_wraps"] = Wraps(ctx.model, ctx.inference) if shows else None
     return ctx.__dict__["_hl_wraps"]
+
+
+def call_text(call: ast.Call) -> str:
+    """``fully_shard(model.layer)`` as written, or ``fully_shard(...)`` when long."""
+    text = short_source(call)
+    return text if len(text) <= 60 and "\n" not in text else f"{short_source(call.func)}(...)"
 
 
 def module_target_path(wraps: Wraps, reg):
