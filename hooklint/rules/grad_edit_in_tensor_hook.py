@@ -8,8 +8,8 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.grad_edit import hook_label
 from hooklint.static.context import FileContext
+from hooklint.static.describe import hook_label
 from hooklint.static.grads import is_parameter, writes_through
 from hooklint.static.hooked_tensor import hooked_tensor_uses
 from hooklint.static.hooks import HookKind, Registration

@@ -6,13 +6,8 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.grad_edit import (
-    MODULE_BACKWARD_KINDS,
-    describe_registrations,
-    hook_label,
-    registrations_by_hook,
-)
 from hooklint.static.context import FileContext
+from hooklint.static.describe import MODULE_BACKWARD_KINDS, describe_registrations, hook_label, registrations_by_hook
 from hooklint.static.distributed import call_text, module_target_path, wraps_of
 from hooklint.static.grads import parameter_grads, writes_through
 from hooklint.static.values import src

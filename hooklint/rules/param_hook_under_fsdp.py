@@ -6,8 +6,8 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.rules.grad_edit import hook_label
 from hooklint.static.context import FileContext
+from hooklint.static.describe import hook_label
 from hooklint.static.distributed import call_text, wraps_of
 from hooklint.static.grads import is_parameter
 from hooklint.static.hooks import HookKind

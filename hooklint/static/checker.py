@@ -124,7 +124,7 @@ def _admits(text: str, codes: frozenset[str]) -> bool:
 
 
 def _syntax_finding(display_path: str, message: str, row: int, column: int) -> Finding:
-    from hooklint.rules.syntax import SyntaxErrorRule
+    from hooklint.rules.syntax_error import SyntaxErrorRule
 
     return SyntaxErrorRule.make(path=display_path, location=Location(max(row, 1), max(column, 1)),
                                 message=message)
@@ -449,7 +449,8 @@ def source_error_result(display: str, err: SourceError, codes: frozenset[str],
     result = FileResult(display)
     code = "HKL002" if err.kind == "io" else "HKL001"
     if code in codes and code not in ignored:
-        from hooklint.rules.syntax import IoErrorRule, SyntaxErrorRule
+        from hooklint.rules.io_error import IoErrorRule
+        from hooklint.rules.syntax_error import SyntaxErrorRule
 
         rule = IoErrorRule if code == "HKL002" else SyntaxErrorRule
         result.findings.append(rule.make(path=display, location=Location(err.row, err.column), message=err.message))

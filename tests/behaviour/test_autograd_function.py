@@ -13,7 +13,8 @@ import warnings
 import pytest
 
 from conftest import FIXTURES, lint
-from hooklint.rules.autograd_function import FunctionGradCount, FunctionGradOrder
+from hooklint.rules.function_grad_count import FunctionGradCount
+from hooklint.rules.function_grad_order import FunctionGradOrder
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

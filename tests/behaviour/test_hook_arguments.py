@@ -15,7 +15,8 @@ import pytest
 from conftest import FIXTURES, lint
 from hooklint.findings import Applicability, Edit
 from hooklint.rules import get_rule
-from hooklint.rules.arguments import _LEGACY_LENGTHS, _LINEAR_LENGTHS, _SINGLE_IN_OUT, OUT_OF_PLACE_TWINS
+from hooklint.rules.hook_mutates_argument import OUT_OF_PLACE_TWINS
+from hooklint.rules.hook_return_arity import _LEGACY_LENGTHS, _LINEAR_LENGTHS, _SINGLE_IN_OUT
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

@@ -15,7 +15,9 @@ from conftest import lint
 from hooklint.findings import Applicability
 from hooklint.fix import fix_text
 from hooklint.rules.base import strip_expectations
-from hooklint.rules.lifetime import ForwardBypassesHooks, HookLeak, TensorHookRemovedBeforeBackward
+from hooklint.rules.forward_bypasses_hooks import ForwardBypassesHooks
+from hooklint.rules.hook_leak import HookLeak
+from hooklint.rules.tensor_hook_removed_before_backward import TensorHookRemovedBeforeBackward
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

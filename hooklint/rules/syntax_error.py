@@ -1,4 +1,4 @@
-"""HKL0xx: files hooklint could not read or parse."""
+"""HKL001: a file that cannot be parsed."""
 
 from __future__ import annotations
 
@@ -75,32 +75,3 @@ class SyntaxErrorRule(Rule):
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid("x.register_hook(lambda g: g * 2  # HKL001\n"),
     )
-
-
-class IoErrorRule(Rule):
-    """
-    ## What it does
-    Reports a file that was named or found but could not be read (permissions,
-    a file deleted while hooklint ran, a broken symlink).
-
-    ## Why is this bad?
-    An unreadable file is an unchecked file; a clean result would be a lie.
-
-    ## Example
-    ```python
-    # (a file with mode 000)
-    ```
-
-    ## Use instead
-    ```python
-    # (make the file readable, or exclude it with `extend-exclude`)
-    ```
-
-    ## Fix safety
-    There is no automatic fix.
-    """
-
-    code = "HKL002"
-    name = "io-error"
-    summary = "The file could not be read"
-    severity = Severity.ERROR

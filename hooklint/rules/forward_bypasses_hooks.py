@@ -1,0 +1,272 @@
+"""HKL303: `module.forward(x)` instead of `module(x)` skips every hook."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterable
+
+from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severity
+from hooklint.rules.base import Invalid, Rule
+from hooklint.static.context import FileContext
+from hooklint.static.hook_targets import hook_words, object_key, registrations_by_target
+from hooklint.static.hooks import HookKind
+from hooklint.static.inplace import inplace_of_name, inplace_use_of
+from hooklint.static.semantic import is_staticmethod, positional_params
+from hooklint.static.values import ModuleValue, src
+
+
+class ForwardBypassesHooks(Rule):
+    """
+    ## What it does
+    Reports `module.forward(...)` called directly on an `nn.Module` instance,
+    instead of calling the module itself, `module(...)`.
+
+    ## Why is this bad?
+    Hooks run from `nn.Module.__call__`, not from `forward`.  Calling
+    `forward` directly skips every forward pre-hook, forward hook and module
+    backward hook registered on that module, yours and torch's own: the
+    deprecated `torch.nn.utils.weight_norm` and `spectral_norm`, and
+    `torch.nn.utils.prune`, recompute the weight in a forward pre-hook, so
+    `module.forward(x)` silently uses the weight computed by the previous call
+    (stale after an optimizer step, or before pruning masks change).
+
+    Calling the parent's implementation from an override
+    (`super().forward(x)`, `Base.forward(self, x)`) is the normal way to
+    extend `forward` and is not reported, nor is `self.forward(...)` inside
+    one of the class's own methods (its `__call__` override, a recursive
+    `forward`, or a helper such as `generate` or `input_to_embed` that runs
+    the module's computation on purpose: the caller called that method, not
+    the module).
+
+    ## Known problems
+    The severity is *warning*: the call is only wrong when some hook is (or
+    later gets) registered on the module, which hooklint cannot always see.
+    Modules from `torch.nn.utils.parametrizations` compute the weight when it
+    is read, not in a hook, and are not affected.  Receivers whose type
+    hooklint cannot tell (an unannotated parameter) are not reported.
+
+    ## Example
+    ```python
+    import torch
+    import torch.nn as nn
+
+    layer = nn.Linear(4, 2)
+    layer.register_forward_hook(lambda module, inputs, output: print(output.shape))
+    y = layer.forward(torch.rand(1, 4))
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+    import torch.nn as nn
+
+    layer = nn.Linear(4, 2)
+    layer.register_forward_hook(lambda module, inputs, output: print(output.shape))
+    y = layer(torch.rand(1, 4))
+    ```
+
+    ## Fix safety
+    The fix replaces `module.forward(...)` with `module(...)`.  It is
+    **unsafe**: the hooks registered on the module then run, which can change
+    the result (that is the point, but review it).  A full backward hook on
+    the module then runs too, and if an in-place op modifies the module's
+    output (`nn.ReLU(inplace=True)` after it) the forward fails (HKL403):
+    when hooklint sees that (the result of `.forward(...)` passed to an
+    in-place op or modified in place in the same function, or the graph's
+    facts), no fix is offered.  `--fix --verify` does not apply this fix (no
+    model run proves it).
+
+    ## References
+    - [`nn.Module.forward`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.forward):
+      "one should call the Module instance afterwards instead of this since the
+      former takes care of running the registered hooks while the latter
+      silently ignores them"
+    """
+
+    code = "HKL303"
+    name = "forward-bypasses-hooks"
+    summary = "`module.forward(...)` skips the module's hooks; call `module(...)`"
+    severity = Severity.WARNING
+    triggers = ("forward",)
+    # A call `<receiver>.forward(...)` (or `(<receiver>.forward)(...)`), with
+    # what Python allows between the tokens; never after `super()`, whose
+    # forward is the parent's (not reported).  It starts with the literal dot
+    # so that the regex engine can skip from dot to dot.
+    trigger_pattern = (r"\.(?<!super\(\)\.)(?:[ \t\f\r\n\\]|#[^\r\n]*[\r\n])*forward"
+                       r"(?:[ \t\f\r\n\\)]|#[^\r\n]*[\r\n])*\(")
+    fix_applicability = "unsafe (replaces `module.forward(...)` with `module(...)`)"
+    VALID: ClassVar[tuple[str, ...]] = (
+        # the parent's forward from an override
+        "import torch.nn as nn\n"
+        "class Wide(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(x) * 2\n"
+        "class Wider(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        "        return nn.Linear.forward(self, x) * 2\n",
+        # a class's own __call__ override calling its forward
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+        "    def __call__(self, x):\n"
+        "        return self.forward(x)\n",
+        # a recursive forward: the outer call ran the hooks
+        "import torch.nn as nn\n"
+        "class Tree(nn.Module):\n"
+        "    def forward(self, x, depth=2):\n"
+        "        return x if depth == 0 else self.forward(x * 2, depth - 1)\n",
+        # a helper method of the module running its own forward (transformers' Gemma3n)
+        "import torch.nn as nn\n"
+        "class AltUp(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2\n"
+        "    def scale_corrected_output(self, x):\n"
+        "        return self.forward(x)\n",
+        # unknown receiver: not known to be a module
+        "def run(model, x):\n"
+        "    return model.forward(x)\n",
+        # calling the module
+        "import torch, torch.nn as nn\n"
+        "layer = nn.Linear(2, 2)\n"
+        "y = layer(torch.rand(1, 2))\n",
+        # a plain object's forward method is not a module's
+        "class Step:\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+        "Step().forward(1)\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "import torch, torch.nn as nn\n"
+            "layer = nn.utils.weight_norm(nn.Linear(4, 2))\n"
+            "net = nn.Linear(4, 2)\n"
+            "y = net.forward(torch.rand(1, 4))  # HKL303\n",
+            fixed="import torch, torch.nn as nn\n"
+            "layer = nn.utils.weight_norm(nn.Linear(4, 2))\n"
+            "net = nn.Linear(4, 2)\n"
+            "y = net(torch.rand(1, 4))  # HKL303\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n"
+            "class Wrapper(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.inner = nn.Conv2d(3, 8, 3)\n"
+            "    def forward(self, x):\n"
+            "        return self.inner.forward(x)  # HKL303\n",
+            fixed="import torch.nn as nn\n"
+            "class Wrapper(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n"
+            "        self.inner = nn.Conv2d(3, 8, 3)\n"
+            "    def forward(self, x):\n"
+            "        return self.inner(x)  # HKL303\n",
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
+        by_target = registrations_by_target(ctx, (r for r in ctx.hooks.registrations if r.kind.is_module))
+        for call in ctx.model.calls_of_method("forward"):
+            func = call.func
+            assert isinstance(func, ast.Attribute)
+            value = ctx.inference.infer(func.value)
+            if not isinstance(value, ModuleValue):
+                continue
+            cls = value.local_class
+            if cls is not None and cls.method("__call__") is not None:
+                continue  # a module with its own __call__: `module(...)` would not run torch's hooks either
+            if _is_method_self(ctx, func.value):
+                continue  # the module's own method: a recursive forward, or a helper run on purpose
+            hooked = [r for r in by_target.get(object_key(ctx, func.value), ()) if r.call.lineno < call.lineno]
+            receiver = src(func.value)
+            if hooked:
+                first = hooked[0]
+                what = (f"the {hook_words(first)} registered on it at line {first.call.lineno}"
+                        + (f" and {len(hooked) - 1} more" if len(hooked) > 1 else ""))
+            else:
+                what = "any forward pre-hook, forward hook or backward hook registered on it (torch's own " \
+                       "included: `nn.utils.weight_norm`, `spectral_norm` and pruning use forward pre-hooks)"
+            message = (f"`{receiver}.forward(...)` calls the forward of `{receiver}` directly and skips {what}: "
+                       f"hooks run from `{receiver}(...)`, not from `forward`")
+            related = [Related("hook registered here", ctx.display_path, ctx.span(r.call)[0]) for r in hooked]
+            yield self.finding(
+                ctx, call, message,
+                help=f"Call the module: `{receiver}(...)`.",
+                fix=self._fix(ctx, func),
+                related=related,
+            )
+
+    @staticmethod
+    def _fix(ctx: FileContext, func: ast.Attribute) -> Fix | None:
+        if _full_hook_breaks_call(ctx, func.value):
+            return None
+        _start, receiver_end = ctx.span(func.value)
+        _fstart, func_end = ctx.span(func)
+        return Fix(
+            message="Call the module instead of its `forward`",
+            edits=(Edit("", receiver_end, func_end),),
+            applicability=Applicability.UNSAFE,
+        )
+
+
+def _full_hook_breaks_call(ctx: FileContext, receiver: ast.AST) -> bool:
+    """Calling the module would run a full backward hook registered on it,
+    and an in-place op modifies its output after it: the forward would then
+    fail ("Output 0 of BackwardHookFunction is a view and is being modified
+    inplace", HKL403) where `.forward(...)` ran."""
+    full = ctx.hooks.by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE)
+    if not full:
+        return False
+    same = [r for r in full if r.is_global or _same_module(ctx, r.receiver, receiver)]
+    if not same:
+        return False
+    call = getattr(getattr(receiver, "_hl_parent", None), "_hl_parent", None)
+    return isinstance(call, ast.Call) and _result_modified_in_place(ctx, call, receiver)
+
+
+def _same_module(ctx: FileContext, a: ast.AST | None, b: ast.AST) -> bool:
+    if a is None:
+        return False
+    if object_key(ctx, a) == object_key(ctx, b):
+        return True
+    if isinstance(a, ast.Attribute) and isinstance(b, ast.Attribute) and a.attr == b.attr:
+        owner_a, owner_b = ctx.inference.infer(a.value), ctx.inference.infer(b.value)
+        if isinstance(owner_a, ModuleValue) and isinstance(owner_b, ModuleValue) \
+                and owner_a.local_class is not None and owner_a.local_class is owner_b.local_class:
+            return True  # `block.conv` and `self.conv` in Block's methods
+    if ctx.graph is not None:
+        from hooklint.graph.link import modules_for
+
+        known = {(id(model), module.path) for model, module in modules_for(ctx, b)}
+        return any((id(model), module.path) in known for model, module in modules_for(ctx, a))
+    return False
+
+
+def _result_modified_in_place(ctx: FileContext, call: ast.Call, receiver: ast.AST) -> bool:
+    """``relu_(m.forward(x))``, ``y = m.forward(x); y += 1``..., or the graph's word for it."""
+    if inplace_use_of(ctx, call) is not None:
+        return True
+    parent = getattr(call, "_hl_parent", None)
+    function = ctx.model.enclosing_function(call)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name) \
+            and function is not None and inplace_of_name(ctx, function, parent.targets[0].id, parent) is not None:
+        return True
+    if ctx.graph is not None:
+        from hooklint.graph.link import modules_for
+
+        return any(module.output_inplace is not None for _model, module in modules_for(ctx, receiver))
+    return False
+
+
+def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:
+    """Is ``expr`` the ``self`` (first parameter) of a method?"""
+    if not isinstance(expr, ast.Name):
+        return False
+    bindings = ctx.model.bindings_at(expr)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return False
+    func = bindings[0].scope.node
+    params = positional_params(func)
+    return bool(params) and params[0] == expr.id and not is_staticmethod(func) \
+        and ctx.model.enclosing_class(func) is not None
