@@ -30,6 +30,7 @@ SUBCOMMANDS = {
     "graph": "Show, per module of each model, the op its hooks bind to (needs torch).",
     "run": "Run a script under instrumentation and report the hook problems it had.",
     "report": "Write an HTML report of the findings.",
+    "server": "Run the language server (LSP over stdio) for editors (needs the `server` extra).",
 }
 
 

@@ -114,4 +114,14 @@ def file_key(cache: GraphCache, path: str) -> str | None:
     digest = file_digest(path)
     if digest is None:
         return None
+    return _content_key(cache, path, digest)
+
+
+def content_key(cache: GraphCache, path: str, data: bytes) -> str:
+    """The key of ``path`` holding ``data``: an editor's buffer finds the facts
+    cached for the file when the buffer has the file's bytes."""
+    return _content_key(cache, path, hashlib.sha256(data).hexdigest())
+
+
+def _content_key(cache: GraphCache, path: str, digest: str) -> str:
     return cache.key({"file": os.path.realpath(path), "sha256": digest})

@@ -18,7 +18,7 @@ from typing import Any
 
 from hooklint.config import Config
 from hooklint.findings import Notice, NoticeLevel
-from hooklint.graph.cache import GraphCache, file_key
+from hooklint.graph.cache import GraphCache, content_key, file_key
 from hooklint.graph.facts import FileFacts, ModelFacts
 from hooklint.graph.plan import wants_import
 from hooklint.static.source import SourceError, read_source
@@ -386,6 +386,23 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     return facts, notices
 
 
+def cached_facts_for_text(path: str, data: bytes, config: Config) -> FileFacts | None:
+    """The facts cached for ``path`` if it held ``data`` (an editor's buffer),
+    or None.  Only reads the cache: never parses a model file, never starts the
+    worker (the language server calls this on every change)."""
+    version = torch_version()
+    cache = _cache_for(config, version, True, config.timeout) if version is not None else None
+    if cache is None:
+        return None
+    hit = cache.get(content_key(cache, path, data))
+    if hit is None or hit.get("not_candidate"):
+        return None
+    found = FileFacts.from_dict(hit)
+    found.path = _display(path)
+    found.cached = True
+    return found
+
+
 _LISTED_FILES = 3
 
 
@@ -546,4 +563,4 @@ def run_in_worker(function: str, args: dict[str, Any], config: Config, *, timeou
     return WorkerCall(value=reply.result.get("value"))
 
 
-__all__ = ["provide_graph_facts", "run_in_worker", "WorkerCall", "GraphRun", "torch_version", "INSTALL_HINT"]
+__all__ = ["provide_graph_facts", "cached_facts_for_text", "run_in_worker", "WorkerCall", "GraphRun", "torch_version", "INSTALL_HINT"]
