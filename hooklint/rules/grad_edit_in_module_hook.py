@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import copy
 from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
@@ -312,6 +311,24 @@ def _post_accumulate_arguments(args: ast.arguments, reg: Registration, new_param
                          kw_defaults=args.kw_defaults, kwarg=args.kwarg, defaults=defaults)
 
 
+def _syntax_copy(node):
+    """A deep copy of the syntax alone.  ``copy.deepcopy`` also follows the
+    checker's annotations (``_hl_parent``, ``_hl_scope``) up to the module and
+    its semantic model, copying the whole file for each fix: 85 ms a fix on a
+    500-line file, paid again on every keystroke in an editor."""
+    if isinstance(node, ast.AST):
+        new = type(node)()
+        for name in node._fields:
+            setattr(new, name, _syntax_copy(getattr(node, name, None)))
+        for name in node._attributes:
+            if hasattr(node, name):
+                setattr(new, name, getattr(node, name))
+        return new
+    if isinstance(node, list):
+        return [_syntax_copy(item) for item in node]
+    return node
+
+
 def _post_accumulate_fix(ctx: FileContext, func: ast.AST, regs: list[Registration],
                          accesses: list[ast.Attribute]) -> Fix | None:
     derivation = _derive(ctx, func, regs, accesses)
@@ -325,7 +342,7 @@ def _post_accumulate_fix(ctx: FileContext, func: ast.AST, regs: list[Registratio
         parent = getattr(func, "_hl_parent", None)
         if isinstance(parent, FunctionNode):
             outer = parent
-    outer_copy = copy.deepcopy(outer)
+    outer_copy = _syntax_copy(outer)
     target = outer_copy if outer is func else next(
         n for n in ast.walk(outer_copy) if isinstance(n, FunctionNode)
         and (n.lineno, n.col_offset) == (func.lineno, func.col_offset))  # type: ignore[attr-defined]
