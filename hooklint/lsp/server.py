@@ -1,10 +1,12 @@
 """The language server: LSP over stdio on pygls (the ``server`` extra).
 
 Diagnostics are pushed (``textDocument/publishDiagnostics``) on open, change
-(debounced) and save, for Python buffers and for the Python cells of
-notebooks the client syncs (LSP 3.17 ``notebookDocument/*``).  Checks run one
-at a time in a worker thread, on a snapshot of the buffer; a result whose
-buffer changed meanwhile is dropped (the change's own check follows).  Code
+and save, for Python buffers and for the Python cells of notebooks the
+client syncs (LSP 3.17 ``notebookDocument/*``).  A change to a quiet buffer
+is checked at once; a burst of changes (typing) is checked when it pauses
+for ``debounce`` ms.  Checks run one at a time in a worker thread, on a
+snapshot of the buffer; a result whose buffer changed meanwhile is dropped
+(the change's own check follows).  Code
 actions offer each finding's fix (unsafe ones labelled), a ``noqa`` comment
 per finding and ``source.fixAll.hooklint`` (the safe fixes, as ``--fix``);
 hover on a finding shows its rule's documentation.
@@ -252,7 +254,8 @@ class HooklintServer(LanguageServer):
         self.cells: dict[str, TextBuffer] = {}  # cell document URI -> its text
         self.cell_owner: dict[str, str] = {}  # cell document URI -> notebook URI
         self.results: dict[str, Result] = {}
-        self.pending: dict[str, asyncio.Task] = {}
+        self.pending: dict[str, asyncio.Task] = {}  # checks waiting or under way, per buffer
+        self.last_change: dict[str, float] = {}
         self.logged: dict[str, list[str]] = {}
         self.shown_problems: set[str] = set()
         self.init_settings: Any = None
@@ -335,6 +338,17 @@ class HooklintServer(LanguageServer):
         if task is not None:
             task.cancel()
         self.pending[uri] = asyncio.ensure_future(self._check_later(uri, delay_ms / 1000))
+
+    def changed(self, uri: str) -> None:
+        """A buffer changed: check it at once if it had been quiet (no change
+        for ``debounce`` ms and no check under way), else when the burst of
+        changes pauses for ``debounce`` ms.  A lone edit is answered in the
+        time of one check; typing costs one check per pause, not per key."""
+        now = asyncio.get_running_loop().time()
+        debounce = self.settings.debounce_ms / 1000
+        quiet = now - self.last_change.get(uri, float("-inf")) >= debounce and uri not in self.pending
+        self.last_change[uri] = now
+        self.touch(uri, 0 if quiet else self.settings.debounce_ms)
 
     def touch_all(self) -> None:
         for uri in list(self.documents) + list(self.notebooks):
@@ -616,9 +630,9 @@ def create_server() -> HooklintServer:
         owner = ls.notebooks.get(ls.cell_owner.get(uri, ""))
         if owner is not None:  # a client that changes cells as text documents
             owner.revision += 1
-            ls.touch(owner.uri, ls.settings.debounce_ms)
+            ls.changed(owner.uri)
         else:
-            ls.touch(uri, ls.settings.debounce_ms)
+            ls.changed(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: HooklintServer, params: types.DidSaveTextDocumentParams):
@@ -687,7 +701,7 @@ def create_server() -> HooklintServer:
         nb.revision += 1
         for cell_uri in closed:
             ls.clear(cell_uri)
-        ls.touch(uri, ls.settings.debounce_ms)
+        ls.changed(uri)
 
     @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
     def notebook_did_save(ls: HooklintServer, params: types.DidSaveNotebookDocumentParams):
@@ -810,6 +824,7 @@ def _forget(ls: HooklintServer, uri: str) -> None:
         task.cancel()
     ls.results.pop(uri, None)
     ls.logged.pop(uri, None)
+    ls.last_change.pop(uri, None)
 
 
 def _is_python(uri: str, language_id: str) -> bool:
