@@ -563,4 +563,5 @@ def run_in_worker(function: str, args: dict[str, Any], config: Config, *, timeou
     return WorkerCall(value=reply.result.get("value"))
 
 
-__all__ = ["provide_graph_facts", "cached_facts_for_text", "run_in_worker", "WorkerCall", "GraphRun", "torch_version", "INSTALL_HINT"]
+__all__ = ["provide_graph_facts", "cached_facts_for_text", "run_in_worker", "WorkerCall", "GraphRun", "torch_version",
+           "INSTALL_HINT"]
