@@ -256,6 +256,7 @@ class HooklintServer(LanguageServer):
         self.results: dict[str, Result] = {}
         self.pending: dict[str, asyncio.Task] = {}  # checks waiting or under way, per buffer
         self.last_change: dict[str, float] = {}
+        self.published_to: dict[str, set[str]] = {}  # buffer -> the documents it last published for
         self.logged: dict[str, list[str]] = {}
         self.shown_problems: set[str] = set()
         self.init_settings: Any = None
@@ -459,6 +460,10 @@ class HooklintServer(LanguageServer):
                     self.show_once(message)
                 else:
                     self.log(level, message)
+        # a cell that is no longer a Python cell (or no longer there) keeps no old diagnostics
+        for stale in self.published_to.get(uri, set()) - set(result.texts):
+            self.clear(stale)
+        self.published_to[uri] = set(result.texts)
         for doc_uri, (text, version) in result.texts.items():
             index = LineIndex(text)
             diagnostics = [self.diagnostic(f, index, result) for f in result.findings_in(doc_uri)]
@@ -825,6 +830,7 @@ def _forget(ls: HooklintServer, uri: str) -> None:
     ls.results.pop(uri, None)
     ls.logged.pop(uri, None)
     ls.last_change.pop(uri, None)
+    ls.published_to.pop(uri, None)
 
 
 def _is_python(uri: str, language_id: str) -> bool:
