@@ -386,11 +386,12 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     return facts, notices
 
 
-def cached_facts_for_text(path: str, data: bytes, config: Config) -> FileFacts | None:
+def cached_facts_for_text(path: str, data: bytes, config: Config, version: str | None = None) -> FileFacts | None:
     """The facts cached for ``path`` if it held ``data`` (an editor's buffer),
     or None.  Only reads the cache: never parses a model file, never starts the
-    worker (the language server calls this on every change)."""
-    version = torch_version()
+    worker (the language server calls this on every change).  ``version``:
+    torch's, when the caller knows it already."""
+    version = version or torch_version()
     cache = _cache_for(config, version, True, config.timeout) if version is not None else None
     if cache is None:
         return None

@@ -27,7 +27,7 @@ from hooklint.engine import CheckOptions, display_path, ignored_codes
 from hooklint.findings import Applicability, Finding, Notice
 from hooklint.static.checker import FileResult, check_text
 from hooklint.static.notebook import Notebook, read_notebook
-from hooklint.static.source import LINE_BREAK, SourceError
+from hooklint.static.source import LINE_BREAK
 
 DEFAULT_DEBOUNCE_MS = 50
 MAX_DEBOUNCE_MS = 5000
@@ -183,26 +183,28 @@ def _excluded(path: str, config: Config) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _torch_installed() -> bool:
-    from hooklint.graph.provider import torch_version
-
-    return torch_version() is not None
+def _torch_version() -> str | None:
+    """torch's version, looked up once (2 ms a time: not on every keystroke)."""
+    try:
+        from hooklint.graph.provider import torch_version
+    except ImportError:  # a build without the graph layer
+        return None
+    return torch_version()
 
 
 def cached_graph_facts(setup: Setup, text: str) -> Any:
     """The graph facts ``hooklint check`` cached for this file with exactly
     this content, or None.  Never imports torch nor the user's code."""
-    if setup.path is None or not _torch_installed():
+    version = _torch_version() if setup.path is not None else None
+    if version is None:
         return None
-    try:
-        from hooklint.graph.provider import cached_facts_for_text
-    except ImportError:  # a build without the graph layer
-        return None
+    from hooklint.graph.provider import cached_facts_for_text
+
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: not the bytes of any file
         return None
-    return cached_facts_for_text(setup.path, data, setup.config)
+    return cached_facts_for_text(setup.path, data, setup.config, version)
 
 
 def check_python(setup: Setup, text: str, *, graph: Any = None) -> FileResult:
@@ -401,7 +403,7 @@ def rule_docs(code: str) -> str | None:
 
 
 __all__ = [
-    "Cell", "NotebookFixes", "Settings", "Setup", "SourceError", "check_notebook", "check_python",
+    "Cell", "NotebookFixes", "Settings", "Setup", "check_notebook", "check_python",
     "cached_graph_facts", "fix_all_python", "fix_applies", "noqa_line", "notebook_from_cells", "parse_settings",
     "rule_docs", "setup_for",
 ]
