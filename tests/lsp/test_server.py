@@ -398,11 +398,11 @@ async def test_settings_and_saved_configuration_apply(tmp_path):
             settings={"hooklint": {"select": ["HKL101", "HKL102"], "ignore": []}}))
         assert {d.code for d in await s.diagnostics(uri, after=mark)} == {"HKL101"}
 
-        # a broken configuration file: the user is told, and the defaults apply
+        # a broken configuration file, saved in the editor: the user is told, and the defaults apply
         (tmp_path / "pyproject.toml").write_text('[tool.hooklint]\nignore = "HKL1\n', encoding="utf-8")
         mark = s.count(uri)
-        s.client.workspace_did_change_watched_files(types.DidChangeWatchedFilesParams(changes=[
-            types.FileEvent(uri=(tmp_path / "pyproject.toml").as_uri(), type=types.FileChangeType.Changed)]))
+        s.client.text_document_did_save(types.DidSaveTextDocumentParams(
+            text_document=types.TextDocumentIdentifier(uri=(tmp_path / "pyproject.toml").as_uri())))
         assert {d.code for d in await s.diagnostics(uri, after=mark)} == {"HKL101", "HKL102"}
         await s.wait_for(lambda: any("invalid TOML" in m.message for m in s.shown), what="the configuration error")
 
@@ -417,7 +417,11 @@ def test_bad_messages_get_error_answers_and_the_server_goes_on(tmp_path):
                                                          "position": {"line": 0, "character": 0}})
         assert early["error"]["code"] == -32002  # server not initialized
         init = client.request(2, "initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
-        assert "capabilities" in init["result"]
+        capabilities = init["result"]["capabilities"]
+        assert capabilities["textDocumentSync"]["change"] == 2  # incremental
+        assert capabilities["hoverProvider"] is True
+        assert set(capabilities["codeActionProvider"]["codeActionKinds"]) == {"quickfix", "source.fixAll.hooklint"}
+        assert init["result"]["serverInfo"]["name"] == "hooklint"
         client.notify("initialized", {})
 
         client.send_bytes(b"{this is not json")
