@@ -375,11 +375,21 @@ class HooklintServer(LanguageServer):
         if snapshot is None:
             return None
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self.checker, self.analyse, snapshot)
-        if self.revision(uri) != snapshot.revision or self.generation != snapshot.generation:
+        try:
+            result = await loop.run_in_executor(self.checker, self.analyse, snapshot)
+            if self.revision(uri) != snapshot.revision or self.generation != snapshot.generation:
+                return None
+            self.results[uri] = result
+            self.publish(uri, result)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must not end the editor's session
+            if self.shutdown_requested:
+                return None  # the checker thread is gone
+            import traceback
+
+            self.log(types.MessageType.Error, f"hooklint: internal error while checking {uri}: "
+                                              f"{type(exc).__name__}: {exc} (please report it)\n"
+                                              f"{traceback.format_exc()}")
             return None
-        self.results[uri] = result
-        self.publish(uri, result)
         return result
 
     async def fresh(self, uri: str) -> tuple[str, Result] | None:
