@@ -65,6 +65,18 @@ def cli_findings(path: Path, cwd: Path, text: str | None = None) -> list[dict]:
     return json.loads(r.stdout)
 
 
+def static_findings(path: Path, text: str) -> list[dict]:
+    """What `hooklint check - --stdin-filename PATH --static-only` reports on
+    ``text``, computed in this process (the same call, without a process start:
+    for the re-checks after each edit; the first comparisons run the CLI)."""
+    from hooklint.config import load_config
+    from hooklint.static.checker import check_text
+
+    codes = frozenset(load_config(start=path.parent).enabled_codes())
+    result = check_text(str(path), text, codes, display_path=path.name, on_disk=False)
+    return [f.to_dict() for f in result.findings]
+
+
 def cli_in_parallel(jobs: list[tuple[Path, Path]]) -> list[list[dict]]:
     """Several CLI runs at once (each its own process: no project pass across the files)."""
     env = dict(os.environ, NO_COLOR="1")
@@ -225,7 +237,7 @@ async def test_fix_actions_edit_the_buffer_and_the_finding_goes(tmp_path):
             s.replace_all(uri, version, new_text)
             diagnostics = await s.diagnostics(uri, version=version)
             # the fixed function no longer has the finding (the server and the CLI agree)
-            after = cli_findings(path, tmp_path, new_text)
+            after = static_findings(path, new_text)
             assert as_tuples(diagnostics) == expected_diagnostics(after, new_text)
             assert len(after) == len(cli) - 1
             assert finding["message"] not in {f["message"] for f in after}
