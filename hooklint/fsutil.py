@@ -4,11 +4,14 @@ overwrite a file that changed since it was read."""
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 try:
     import fcntl
@@ -17,6 +20,13 @@ except ImportError:  # Windows: no advisory locks; the comparison still guards
 
 
 def atomic_write_text(path: Path, text: str, encoding: str = "utf-8", newline: str | None = "") -> None:
+    """:func:`atomic_write_bytes` of ``text`` (``newline=None``: line ends as the platform writes them)."""
+    if newline is None:
+        text = text.replace("\n", os.linesep)
+    atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, then rename it over ``path``.
 
     The rename is atomic on POSIX, so readers see the old or the new content,
@@ -35,8 +45,8 @@ def atomic_write_text(path: Path, text: str, encoding: str = "utf-8", newline: s
     folder.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".hooklint-tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding=encoding, newline=newline) as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
@@ -193,3 +203,60 @@ def _sync_folder(folder: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit``
+    bytes; None for anything else (missing, a FIFO or device, which could
+    block or never end, too large, unreadable).  For files hooklint wrote
+    itself (caches), whose damage must cost a miss, not a hang or a crash."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+_SUMMED = b"hooklint-sha256:"
+
+
+def write_summed_json(path: str | Path, value: Any) -> None:
+    """Write ``value`` as JSON after a first line holding its SHA-256, so a
+    reader can tell a damaged file (truncated, edited, half-synced) from
+    one hooklint wrote (:func:`load_summed_json`)."""
+    body = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    atomic_write_bytes(Path(path), _SUMMED + hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+
+
+def load_summed_json(path: str | Path, limit: int = 256 * 2 ** 20) -> Any:
+    """What :func:`write_summed_json` wrote; None when the file is missing,
+    damaged (its sum does not match), not a regular file, too large, or
+    nested too deeply to read: a damaged cache costs a miss, never a crash
+    or a hang."""
+    data = read_regular_file(path, limit)
+    if data is None or not data.startswith(_SUMMED):
+        return None
+    head, _, body = data.partition(b"\n")
+    if head[len(_SUMMED):] != hashlib.sha256(body).hexdigest().encode():
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
