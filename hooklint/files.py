@@ -55,8 +55,8 @@ def _regex(pattern: str) -> re.Pattern[str] | None:
                 i += 1
             else:
                 body = pat[i + 1 : j].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
+                if body.startswith(("!", "^")):
+                    body = "^/" + body[1:]  # a class never matches the separator
                 out.append(f"[{body}]")
                 i = j + 1
         elif c == "\\" and i + 1 < len(pat):

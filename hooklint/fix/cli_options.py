@@ -80,8 +80,17 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
     _fixes_see_the_graph(options, args)
     # What the check is about to read: a file saved after this moment may not
     # match the findings' positions, so it is not fixed (see post_check).
-    options.extra["states_before_check"] = {path: _state(path) for path in discover(options)}
+    options.extra["states_before_check"] = _states_before_check(options)
     options.extra["post_check"] = functools.partial(post_check, settings)
+
+
+def _states_before_check(options: CheckOptions) -> dict[str, tuple[int, ...] | None]:
+    from hooklint.engine import UsageError
+
+    try:
+        return {path: _state(path) for path in discover(options)}
+    except UsageError:  # stdin (`-`), or a missing path: the check says so itself
+        return {}
 
 
 def _state(path: str) -> tuple[int, ...] | None:
