@@ -4,6 +4,7 @@ so a typo never silently disables a rule."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -226,8 +227,8 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
                 raise ConfigError(f"{where}: `output-format` must be one of {', '.join(OUTPUT_FORMATS)}")
             cfg.output_format = value
         elif key == "timeout":
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{where}: `timeout` must be a positive number of seconds")
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+                raise ConfigError(f"{where}: `timeout` must be a positive, finite number of seconds")
             cfg.timeout = float(value)
         elif key == "memory-limit":
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -282,6 +283,11 @@ def _parse_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read configuration: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply to read") from None
 
 
 def find_config_file(start: Path) -> Path | None:

@@ -12,7 +12,8 @@ from typing import Any, Callable
 from hooklint.config import Config
 from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel, Report
-from hooklint.static.checker import FileResult, check_file
+from hooklint.static.checker import FileResult, check_file, source_error_result
+from hooklint.static.source import SourceError
 from hooklint.static.notebook import is_notebook
 
 
@@ -55,13 +56,27 @@ def display_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def discover(options: CheckOptions) -> list[str]:
+def discover(options: CheckOptions, unreadable: list[tuple[str, str]] | None = None) -> list[str]:
+    """The files to check; folders that cannot be listed go to ``unreadable``
+    as (path, why)."""
     cfg = options.config
     walker = Walker(cfg.root, cfg.excludes(), cfg.respect_gitignore, cfg.force_exclude)
     files = walker.files(options.paths)
     if walker.missing:
         raise UsageError(f"{walker.missing[0]}: no such file or directory")
+    if unreadable is not None:
+        unreadable.extend(walker.unreadable)
     return files
+
+
+def unreadable_folder_results(unreadable: list[tuple[str, str]], options: CheckOptions) -> list[FileResult]:
+    """HKL002 for each folder the walk could not list (as ruff reports a
+    permission error): its files are not checked, and the run must say so."""
+    out = []
+    for path, why in unreadable:
+        err = SourceError("io", f"cannot read folder: {why}; the files in it were not checked")
+        out.append(source_error_result(display_path(path), err, options.codes, ignored_codes(path, options)))
+    return out
 
 
 def rel_to_root(path: str, root: Path) -> str:
@@ -89,8 +104,11 @@ def internal_error_result(path: str, exc: Exception) -> FileResult:
 
 
 def run_check(options: CheckOptions) -> Report:
-    files = discover(options)
+    unreadable: list[tuple[str, str]] = []
+    files = discover(options, unreadable)
     report = Report(files_checked=len(files))
+    for result in unreadable_folder_results(unreadable, options):
+        report.findings.extend(result.findings)
     graph_facts: dict[str, Any] = {}
     # notebooks are never imported: the graph layer sees Python files only
     modules = [path for path in files if not is_notebook(path)]

@@ -8,6 +8,7 @@ symlink loop cannot hang a run.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ PYTHON_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 @lru_cache(maxsize=1024)
-def _compile(pattern: str) -> tuple[re.Pattern[str], bool, bool]:
-    """gitignore pattern -> (regex over a relative posix path, anchored, dir_only)."""
-    dir_only = pattern.endswith("/")
+def _regex(pattern: str) -> re.Pattern[str] | None:
+    """A tame pattern as a regular expression over a relative posix path (see
+    :func:`_tame`); None for the others, which :class:`_Glob` matches."""
+    if not _tame(pattern):
+        return None
     pat = pattern.rstrip("/")
     anchored = "/" in pat
     if pat.startswith("/"):
@@ -52,8 +55,8 @@ def _compile(pattern: str) -> tuple[re.Pattern[str], bool, bool]:
                 i += 1
             else:
                 body = pat[i + 1 : j].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
+                if body.startswith(("!", "^")):
+                    body = "^/" + body[1:]  # a class never matches the separator
                 out.append(f"[{body}]")
                 i = j + 1
         elif c == "\\" and i + 1 < len(pat):
@@ -64,55 +67,247 @@ def _compile(pattern: str) -> tuple[re.Pattern[str], bool, bool]:
             i += 1
     body = "".join(out)
     regex = re.compile(("^" if anchored else "^(?:.*/)?") + body + "(?:/.*)?$")
-    return regex, anchored, dir_only
+    return regex
+
+
+def _tame(pattern: str) -> bool:
+    """Can a backtracking regex match this pattern in polynomial time of low
+    degree?  Each unbounded wildcard is a loop the engine may retry at every
+    position: one `*` per component and one `**` in all keep it within
+    (path length) x (component length); `*a*a*a*b` or `a/**/**/**/b` do not."""
+    pieces = pattern.strip("/").split("/")
+    if sum(1 for piece in pieces if piece == "**") > 1:
+        return False
+    return all(piece == "**" or piece.count("*") <= 1 for piece in pieces)
+
+
+# Wild globs are matched by hand, not translated to regular expressions: a
+# pattern such as `*a*a*a*a*a*b` (a user's exclude, or a hostile
+# .gitignore) makes a backtracking regex engine take exponential time on a
+# long name.  Here a path component is matched against a component of the
+# pattern with the two-pointer wildcard algorithm (at most len(name) x
+# len(pattern) steps), and components are matched against `**` by dynamic
+# programming over (pattern component, path component): polynomial, and in
+# practice linear, whatever the pattern.
+
+_ANY_DIRS = "**"  # zero or more path components
+_SOME_DIRS = "**+"  # one or more: a trailing `/**` ("everything inside")
+
+
+@dataclass(frozen=True)
+class _Glob:
+    parts: tuple  # each: _ANY_DIRS, _SOME_DIRS, or a predicate on one path component
+    dir_only: bool
+    # the common shapes, answered without the general search: `name`
+    # (any component), `a/b/c` (the first components)
+    unanchored_run: tuple | None = None
+    anchored_run: tuple | None = None
+
+
+@lru_cache(maxsize=1024)
+def _compile(pattern: str) -> _Glob:
+    """gitignore pattern -> its components, anchored or not, and whether it names folders only."""
+    dir_only = pattern.endswith("/")
+    pat = pattern.rstrip("/")
+    anchored = "/" in pat
+    if pat.startswith("/"):
+        pat = pat[1:]
+    pieces = pat.split("/")
+    parts: list = [] if anchored else [_ANY_DIRS]
+    for n, piece in enumerate(pieces):
+        if piece == "**":
+            last = n == len(pieces) - 1
+            parts.append(_SOME_DIRS if last and n > 0 else _ANY_DIRS)
+        else:
+            parts.append(_component_predicate(piece))
+    parts.append(_ANY_DIRS)  # the pattern matches a path or one of its parents
+    inner = parts[1:-1] if not anchored else parts[:-1]
+    simple = all(callable(part) for part in inner)
+    return _Glob(tuple(parts), dir_only,
+                 unanchored_run=tuple(inner) if simple and not anchored else None,
+                 anchored_run=tuple(inner) if simple and anchored else None)
+
+
+def _component_predicate(piece: str):
+    """A test of one path component against one component of a pattern."""
+    tokens = _tokens(piece)
+    stars = sum(1 for tok in tokens if tok == ("*",))
+    if all(tok[0] == "c" for tok in tokens):
+        literal = "".join(tok[1] for tok in tokens)
+        return literal.__eq__
+    if stars == 1 and all(tok[0] == "c" or tok == ("*",) for tok in tokens):
+        at = tokens.index(("*",))
+        head = "".join(tok[1] for tok in tokens[:at])
+        tail = "".join(tok[1] for tok in tokens[at + 1:])
+        least = len(head) + len(tail)
+        return lambda name: len(name) >= least and name.startswith(head) and name.endswith(tail)
+    return functools.partial(_component_match, tokens)
+
+
+def _tokens(piece: str) -> tuple:
+    """One component of a pattern: ("c", char) | ("?",) | ("*",) | ("[", negated, ((lo, hi), ...))."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(piece):
+        c = piece[i]
+        if c == "*":
+            while i < len(piece) and piece[i] == "*":  # `**` inside a component is `*` (gitignore)
+                i += 1
+            if not out or out[-1] != ("*",):
+                out.append(("*",))
+            continue
+        if c == "?":
+            out.append(("?",))
+        elif c == "[" and piece.find("]", i + 1) != -1:
+            j = piece.find("]", i + 1)
+            body = piece[i + 1:j]
+            negated = body[:1] in ("!", "^")
+            if negated:
+                body = body[1:]
+            ranges, k = [], 0
+            while k < len(body):
+                if body[k] == "\\" and k + 1 < len(body):
+                    k += 1
+                if k + 2 < len(body) and body[k + 1] == "-":
+                    ranges.append((body[k], body[k + 2]))
+                    k += 3
+                else:
+                    ranges.append((body[k], body[k]))
+                    k += 1
+            out.append(("[", negated, tuple(ranges)))
+            i = j
+        elif c == "\\" and i + 1 < len(piece):
+            i += 1
+            out.append(("c", piece[i]))
+        else:
+            out.append(("c", c))
+        i += 1
+    return tuple(out)
+
+
+def _one(token: tuple, ch: str) -> bool:
+    kind = token[0]
+    if kind == "c":
+        return token[1] == ch
+    if kind == "?":
+        return True
+    inside = any(lo <= ch <= hi for lo, hi in token[2])
+    return inside != token[1]
+
+
+def _component_match(tokens: tuple, name: str) -> bool:
+    """Wildcard match of one path component, without backtracking beyond the last `*`."""
+    t = s = 0
+    star, mark = -1, 0
+    while s < len(name):
+        if t < len(tokens) and tokens[t] != ("*",) and _one(tokens[t], name[s]):
+            t += 1
+            s += 1
+        elif t < len(tokens) and tokens[t] == ("*",):
+            star, mark = t, s
+            t += 1
+        elif star != -1:
+            t = star + 1
+            mark += 1
+            s = mark
+        else:
+            return False
+    while t < len(tokens) and tokens[t] == ("*",):
+        t += 1
+    return t == len(tokens)
+
+
+def _glob_match_parts(glob: _Glob, names: list[str]) -> bool:
+    run = glob.anchored_run
+    if run is not None:
+        return len(names) >= len(run) and all(test(name) for test, name in zip(run, names))
+    run = glob.unanchored_run
+    if run is not None:
+        if len(run) == 1:
+            test = run[0]
+            return any(test(name) for name in names)
+        k = len(run)
+        return any(all(test(name) for test, name in zip(run, names[s:s + k])) for s in range(len(names) - k + 1))
+    parts = glob.parts
+    n, m = len(parts), len(names)
+    # can[j]: parts[i:] match names[j:], for the current i (filled from the end)
+    can = [False] * (m + 1)
+    can[m] = True
+    for i in range(n - 1, -1, -1):
+        part = parts[i]
+        new = [False] * (m + 1)
+        if part == _ANY_DIRS:
+            new[m] = can[m]
+            for j in range(m - 1, -1, -1):
+                new[j] = can[j] or new[j + 1]
+        elif part == _SOME_DIRS:
+            for j in range(m - 1, -1, -1):
+                new[j] = can[j + 1] or new[j + 1]
+        else:
+            for j in range(m):
+                new[j] = can[j + 1] and part(names[j])
+        can = new
+    return can[0]
+
+
+def _normal(rel_path: str) -> str:
+    rel_path = rel_path.replace(os.sep, "/")
+    while rel_path.startswith("./"):
+        rel_path = rel_path[2:]
+    return rel_path
 
 
 def glob_match(pattern: str, rel_path: str, is_dir: bool = False) -> bool:
     """Does ``pattern`` (gitignore syntax) match ``rel_path`` or one of its parents?"""
-    regex, _anchored, dir_only = _compile(pattern)
-    rel_path = rel_path.replace(os.sep, "/")
-    while rel_path.startswith("./"):
-        rel_path = rel_path[2:]
-    if dir_only and not is_dir:
+    rel_path = _normal(rel_path)
+    regex = _regex(pattern)
+    glob = _compile(pattern)
+    if glob.dir_only and not is_dir:
         # "build/" matches files inside build/, not a file named build
-        parent = rel_path.rsplit("/", 1)[0] if "/" in rel_path else ""
-        return bool(parent) and bool(regex.match(parent))
-    return bool(regex.match(rel_path))
+        rel_path = rel_path.rsplit("/", 1)[0] if "/" in rel_path else ""
+    if not rel_path:
+        return False
+    return bool(regex.match(rel_path)) if regex is not None else _glob_match_parts(glob, rel_path.split("/"))
 
 
 class PatternSet:
-    """Several patterns matched in one regex call: ``glob_match`` of any of
-    them, without a call per pattern per file (slow on large trees)."""
+    """Several patterns matched together: ``glob_match`` of any of them."""
 
     def __init__(self, patterns: list[str]):
         # A plain name (`build`, `.venv`) matches when it is one of the path's
-        # components: a set lookup, not a regex per pattern.
+        # components: a set lookup, not a match per pattern.
         self.names = frozenset(p for p in patterns if _is_plain_name(p))
         self.dir_names = frozenset(p[:-1] for p in patterns if p.endswith("/") and _is_plain_name(p[:-1]))
-        compiled = [(_compile(p)[0].pattern, p.endswith("/")) for p in patterns
-                    if p not in self.names and p[:-1] not in self.dir_names]
-        plain = [rx for rx, dir_only in compiled if not dir_only]
-        dirs = [rx for rx, dir_only in compiled if dir_only]
-        self.plain = re.compile("|".join(f"(?:{rx})" for rx in plain)) if plain else None
-        self.dirs = re.compile("|".join(f"(?:{rx})" for rx in dirs)) if dirs else None
+        rest = [p for p in patterns if p not in self.names and p[:-1] not in self.dir_names]
+        # tame patterns in one regex call (fast on large trees), the others by hand
+        tame = [(_regex(p), p.endswith("/")) for p in rest if _tame(p)]
+        plain = [rx.pattern for rx, dir_only in tame if not dir_only]
+        dirs = [rx.pattern for rx, dir_only in tame if dir_only]
+        self.plain_rx = re.compile("|".join(f"(?:{rx})" for rx in plain)) if plain else None
+        self.dirs_rx = re.compile("|".join(f"(?:{rx})" for rx in dirs)) if dirs else None
+        wild = [_compile(p) for p in rest if not _tame(p)]
+        self.plain = [g for g in wild if not g.dir_only]
+        self.dirs = [g for g in wild if g.dir_only]
 
     def match(self, rel_path: str, is_dir: bool = False) -> bool:
-        rel_path = rel_path.replace(os.sep, "/")
-        while rel_path.startswith("./"):
-            rel_path = rel_path[2:]
+        rel_path = _normal(rel_path)
         parts = rel_path.split("/")
         if not self.names.isdisjoint(parts):
             return True
         if self.dir_names and not self.dir_names.isdisjoint(parts if is_dir else parts[:-1]):
             return True
-        if self.plain is not None and self.plain.match(rel_path):
+        if rel_path and self.plain_rx is not None and self.plain_rx.match(rel_path):
             return True
-        if self.dirs is None:
+        if rel_path and any(_glob_match_parts(g, parts) for g in self.plain):
+            return True
+        if self.dirs_rx is None and not self.dirs:
             return False
-        if is_dir:
-            return bool(self.dirs.match(rel_path))
-        parent = rel_path.rsplit("/", 1)[0] if "/" in rel_path else ""
-        return bool(parent) and bool(self.dirs.match(parent))
+        folder = parts if is_dir else parts[:-1]
+        if not folder or not folder[0]:
+            return False
+        if self.dirs_rx is not None and self.dirs_rx.match("/".join(folder)):
+            return True
+        return any(_glob_match_parts(g, folder) for g in self.dirs)
 
 
 def _is_plain_name(pattern: str) -> bool:
@@ -127,11 +322,11 @@ class GitIgnore:
 
     def child(self, folder: Path, rel_dir: str) -> "GitIgnore":
         path = folder / ".gitignore"
-        if not path.is_file():
-            return self
         try:
+            if not path.is_file():
+                return self
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
+        except OSError:  # an unreadable folder is reported by the walk
             return self
         rules = list(self.rules)
         for line in lines:
@@ -171,6 +366,8 @@ class Walker:
         self.respect_gitignore = respect_gitignore
         self.force_exclude = force_exclude
         self.missing: list[str] = []
+        # folders that could not be listed: (path, why); their files are not checked
+        self.unreadable: list[tuple[str, str]] = []
 
     def rel(self, path: Path) -> str:
         try:
@@ -248,7 +445,8 @@ class Walker:
             folder, ignore, folder_rel = stack.pop()
             try:
                 entries = sorted(os.scandir(folder), key=lambda e: e.name)
-            except OSError:
+            except OSError as exc:
+                self.unreadable.append((os.path.normpath(str(folder)), exc.strerror or str(exc)))
                 continue
             subdirs = []
             for entry in entries:

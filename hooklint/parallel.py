@@ -249,8 +249,16 @@ def _in_pool(tasks: list[tuple], jobs: int, options: CheckOptions, graph_facts: 
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                                    initargs=(_portable(options), graph))
     try:
-        for chunk in chunks:
-            pending[executor.submit(runner, chunk)] = chunk
+        for n, chunk in enumerate(chunks):
+            try:
+                pending[executor.submit(runner, chunk)] = chunk
+            except BrokenProcessPool:
+                # a worker died while tasks were still being handed out (at
+                # its start, or on an early task): what was not handed out is
+                # lost with it and goes round again
+                for rest in chunks[n:]:
+                    lost.extend(rest)
+                break
         for future in as_completed(pending):
             try:
                 outcomes.extend(future.result())

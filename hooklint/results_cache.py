@@ -45,7 +45,7 @@ from typing import Any
 from hooklint import __version__
 from hooklint.cachedir import prepare_cache_folder
 from hooklint.findings import NoticeLevel
-from hooklint.fsutil import atomic_write_text
+from hooklint.fsutil import load_summed_json, write_summed_json
 from hooklint.static.checker import FileResult
 from hooklint.static.source import read_regular_file
 
@@ -135,11 +135,7 @@ class StaticCache:
         return _well_formed(entry) and bool(entry[4].get("n"))
 
     def _load(self) -> tuple[dict[str, list[Any]], list[str]]:
-        try:
-            with open(self.index_path, encoding="utf-8") as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            return {}, []
+        data = load_summed_json(self.index_path)
         if not isinstance(data, dict) or data.get("key") != self.key or not isinstance(data.get("files"), dict):
             return {}, []
         names = data.get("scan_names")
@@ -211,8 +207,7 @@ class StaticCache:
             del merged[path]
         try:
             prepare_cache_folder(self.folder)
-            atomic_write_text(self.index_path, json.dumps({"key": self.key, "scan_names": names, "files": merged},
-                                                          ensure_ascii=False, separators=(",", ":")))
+            write_summed_json(self.index_path, {"key": self.key, "scan_names": names, "files": merged})
             self._prune_other_indexes()
         except OSError as exc:
             self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -319,3 +321,38 @@ def test_columns_count_python_line_breaks_only(project):
                                    "s = 'é'; m.register_backward_hook(lambda mod, gi, go: None)\n")
     r = check(project, "--output-format", "concise", "ff.py")
     assert r.stdout.startswith("ff.py:3:12: HKL101"), r.stdout
+
+
+UNLISTABLE = """
+import os, sys
+from hooklint.cli import main
+
+real = os.scandir
+
+
+def scandir(path="."):
+    if os.path.basename(os.fspath(path)) == "locked":
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+    return real(path)
+
+
+os.scandir = scandir
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_folder_that_cannot_be_listed_is_hkl002_not_a_crash(project):
+    """As a user who may not list a sub-folder (root may list any, so the
+    refusal is made by the kernel's answer, EACCES, standing in): the folder
+    is reported, its files are named as not checked, the others are checked."""
+    locked = project / "locked"
+    locked.mkdir()
+    (locked / "inside.py").write_text(BAD)
+    (locked / ".gitignore").write_text("*.tmp\n")
+    r = subprocess.run([sys.executable, "-c", UNLISTABLE, "check", "--static-only", "--no-cache",
+                        "--output-format", "concise", "."], cwd=project, capture_output=True, text=True,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+    assert "locked:1:1: HKL002 cannot read folder: Permission denied; the files in it were not checked" in r.stdout
+    assert "bad.py:7:7: HKL101" in r.stdout
+    assert r.returncode == 1

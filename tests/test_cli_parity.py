@@ -89,6 +89,26 @@ def test_add_noqa_appends_merges_and_is_idempotent(tmp_path):
     assert path.read_text() == before and "Added 0 noqa directives." in r.stderr
 
 
+@pytest.mark.parametrize("newline", ["\r", "\r\n"])
+def test_add_noqa_on_old_mac_and_windows_line_ends(tmp_path, newline):
+    """Python splits lines on CR too: the comment goes on the finding's own
+    line, never into the string two lines down, and a second run adds
+    nothing."""
+    lines = ["import torch.nn as nn", "layer = nn.Linear(4, 2)",
+             "layer.register_backward_hook(lambda m, gi, go: None)", 's = """a', 'b"""', ""]
+    path = tmp_path / "cr.py"
+    path.write_bytes(newline.join(lines).encode())
+    r = check(tmp_path, "--add-noqa", "cr.py")
+    assert "Added 1 noqa directive." in r.stderr, r.stderr
+    fixed = path.read_bytes().decode().split(newline)
+    assert fixed[2] == "layer.register_backward_hook(lambda m, gi, go: None)  # noqa: HKL101"
+    assert fixed[3:] == lines[3:]
+    before = path.read_bytes()
+    r = check(tmp_path, "--add-noqa", "cr.py")
+    assert path.read_bytes() == before and "Added 0 noqa directives." in r.stderr
+    assert check(tmp_path, "cr.py").returncode == 0
+
+
 def test_add_noqa_merges_codes_of_one_line(project):
     (project / "gi.py").write_text(BAD.replace("grad_output[0]", "grad_input[0]"))
     r = check(project, "--add-noqa", "gi.py")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hooklint import files
 from hooklint.files import GitIgnore, Walker, glob_match
 from hooklint.static.noqa import parse_noqa
 
@@ -83,3 +86,43 @@ def test_anchored_exclude_matches_at_the_root_only(tmp_path):
         (tmp_path / name).write_text("")
     files = Walker(tmp_path, ["/setup.py"]).files([str(tmp_path)])
     assert sorted(f[len(str(tmp_path)) + 1:] for f in files) == ["pkg/mod.py", "pkg/setup.py"]
+
+
+# The two matchers of hooklint/files.py: tame patterns go through a regular
+# expression, wild ones (several `*` in a component, several `**`) through
+# the matcher without backtracking.  On tame patterns both must agree.
+_COMPONENT = st.lists(st.sampled_from(["a", "b", "*", "?", "[ab]", "[!a]", "[^b]", "."]), min_size=1, max_size=4).map("".join)
+_PATTERN = st.builds(
+    lambda lead, parts, trail: lead + "/".join(parts) + trail,
+    st.sampled_from(["", "/", "**/"]),
+    st.lists(st.one_of(_COMPONENT, st.just("**")), min_size=1, max_size=3),
+    st.sampled_from(["", "/", "/**"]),
+)
+_PATH = st.lists(st.lists(st.sampled_from(["a", "b", "."]), min_size=1, max_size=4).map("".join),
+                 min_size=1, max_size=4).map("/".join)
+
+
+@settings(max_examples=2000, derandomize=True, deadline=None)
+@given(_PATTERN, _PATH, st.booleans())
+def test_the_matcher_without_backtracking_agrees_with_the_regex(pattern, path, is_dir):
+    regex = files._regex(pattern)
+    if regex is None:
+        return
+    glob = files._compile(pattern)
+    if glob.dir_only and not is_dir:
+        path = path.rsplit("/", 1)[0] if "/" in path else ""
+    if not path:
+        return
+    assert files._glob_match_parts(glob, path.split("/")) == bool(regex.match(path)), (pattern, path)
+
+
+def test_a_wild_pattern_takes_no_exponential_time():
+    """`*a*a*...*b` on a long name: a backtracking regex takes minutes
+    (bench/globs.py prints the figures); this matcher answers at once."""
+    wild = "*a" * 12 + "*b"
+    assert files._regex(wild) is None
+    assert not glob_match(wild, "src/" + "a" * 80 + ".py")
+    assert glob_match(wild, "src/" + "a" * 80 + "b")
+    walker_set = files.PatternSet([wild, "a/**/**/**/**/z"])
+    assert not walker_set.match("x/" + "a" * 80)
+    assert walker_set.match("a/b/c/d/e/z/f.py")

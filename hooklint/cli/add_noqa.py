@@ -25,6 +25,7 @@ NOT_SILENCEABLE = frozenset({"HKL001", "HKL002"})
 def add_noqa(options: CheckOptions, args: argparse.Namespace) -> int:
     from hooklint.fix.apply import parse_error
     from hooklint.fix.files import open_for_fixing
+    from hooklint.fsutil import FileChanged
     from hooklint.report.text import render_notices, use_color
     from hooklint.static.noqa import add_noqa_comments
     from hooklint.static.source import SourceError
@@ -60,6 +61,10 @@ def add_noqa(options: CheckOptions, args: argparse.Namespace) -> int:
             continue
         try:
             source.write(new_text)
+        except FileChanged:
+            notices.append(Notice(shown, "noqa comments not added: the file changed since hooklint read it; "
+                                         "nothing was written, run hooklint again", NoticeLevel.ERROR))
+            continue
         except (OSError, ValueError) as exc:
             notices.append(Notice(shown, f"cannot write the noqa comments: {getattr(exc, 'strerror', None) or exc}",
                                   NoticeLevel.ERROR))

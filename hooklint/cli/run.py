@@ -14,6 +14,8 @@ merged into one report (hooklint.runtime.distributed_launch).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
@@ -82,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc is not None:
         return _run_distributed(args, config, codes, script, module, script_args)
 
+    own = _OwnStreams()  # the script may close or replace sys.stdout/sys.stderr, even fds 1 and 2
     session = Session(codes=codes, all_threads=True)
     session.start()
     try:
@@ -93,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     outcome.namespace = None
 
     report = session.report()
-    _emit(report, config.output_format, args, script or f"-m {module}")
+    with own.installed():
+        _emit(report, config.output_format, args, script or f"-m {module}")
     if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
         return EXIT_FINDINGS
     return outcome.exit_code
@@ -157,6 +161,44 @@ def require_torch(command: str) -> None:
     except Exception as exc:  # noqa: BLE001 - a broken install: say so in one line
         raise UsageError(f"`{command}` needs torch, which is installed but cannot be imported "
                          f"({type(exc).__name__}: {exc})") from None
+
+
+class _OwnStreams:
+    """hooklint's own copies of standard output and error, taken before the
+    script runs: its findings reach the terminal (or pipe) even when the
+    script closed ``sys.stdout``, replaced it, or closed file descriptor 1."""
+
+    def __init__(self) -> None:
+        self.streams = [self._copy(stream) for stream in (sys.stdout, sys.stderr)]
+
+    @staticmethod
+    def _copy(stream):
+        try:
+            fd = os.dup(stream.fileno())
+        except (OSError, ValueError, AttributeError):
+            return None  # no real file behind it (captured by a test runner): use it as it is
+        return os.fdopen(fd, "w", encoding=getattr(stream, "encoding", None) or "utf-8",
+                         errors="backslashreplace", buffering=1)
+
+    @contextlib.contextmanager
+    def installed(self):
+        saved = sys.stdout, sys.stderr
+        out, err = self.streams
+        sys.stdout = out or (sys.__stdout__ if _closed(sys.stdout) else sys.stdout)
+        sys.stderr = err or (sys.__stderr__ if _closed(sys.stderr) else sys.stderr)
+        try:
+            yield
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            sys.stdout, sys.stderr = saved
+
+
+def _closed(stream) -> bool:
+    return stream is None or getattr(stream, "closed", False)
 
 
 def _emit(report, fmt: str, args: argparse.Namespace, what: str) -> None:

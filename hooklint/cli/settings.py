@@ -77,5 +77,7 @@ def show_files(options: CheckOptions, args: argparse.Namespace, stdin: bool = Fa
         files = [] if name and _excluded(name, options) else [display_path(name) if name else STDIN_NAME]
     else:
         files = sorted(display_path(path) for path in discover(options))
-    sys.stdout.write("".join(f"{path}\n" for path in files))
+    from hooklint.report.escape import printable
+
+    sys.stdout.write("".join(f"{printable(path)}\n" for path in files))
     return EXIT_OK

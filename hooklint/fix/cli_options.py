@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -77,7 +78,27 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
 
         raise UsageError("--verify runs the models hooklint builds: it cannot be used with --static-only")
     _fixes_see_the_graph(options, args)
+    # What the check is about to read: a file saved after this moment may not
+    # match the findings' positions, so it is not fixed (see post_check).
+    options.extra["states_before_check"] = _states_before_check(options)
     options.extra["post_check"] = functools.partial(post_check, settings)
+
+
+def _states_before_check(options: CheckOptions) -> dict[str, tuple[int, ...] | None]:
+    from hooklint.engine import UsageError
+
+    try:
+        return {path: _state(path) for path in discover(options)}
+    except UsageError:  # stdin (`-`), or a missing path: the check says so itself
+        return {}
+
+
+def _state(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
 
 
 # Rules whose fix depends on graph facts (HKL101: is an in-place op after the module?).
@@ -115,6 +136,7 @@ def post_check(settings: FixSettings, report: Report, options: CheckOptions, arg
     from hooklint.fix.files import fix_files  # only when fixing: keeps `check` start-up light
 
     findings = report.findings
+    before = options.extra.get("states_before_check") or {}
     recheck_for = functools.partial(_recheck, options)
     verification = None
     if settings.verify:
@@ -131,6 +153,7 @@ def post_check(settings: FixSettings, report: Report, options: CheckOptions, arg
         locate=lambda shown: files.get(shown, shown),
         recheck_for=recheck_for,
         write=not settings.diff,
+        changed_since_check=lambda real: real in before and _state(real) != before[real],
     )
     notices = fix_notices(results)
     fixed = [f for r in results if r.changed for f in r.outcome.applied]

@@ -14,17 +14,15 @@ from __future__ import annotations
 import bisect
 import difflib
 import io
-import os
 import re
 import tokenize
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Collection, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Location
 from hooklint.fix.apply import LINE_BREAK, FixOutcome, Recheck, applicable, fix_text
-from hooklint.fsutil import atomic_write_text
+from hooklint.fsutil import FileChanged, replace_file_bytes
 from hooklint.static.notebook import CELL_BOUNDARY, Notebook, is_notebook, read_notebook
 from hooklint.static.source import SourceError, decode_source
 
@@ -42,6 +40,7 @@ class SourceFile:
     path: str
     text: str
     encoding: str  # as Python detects it; "utf-8-sig" when the file starts with a BOM
+    data: bytes = b""  # the bytes read: the file is written only while it still holds them
 
     @classmethod
     def read(cls, path: str) -> "SourceFile":
@@ -51,13 +50,13 @@ class SourceFile:
     def from_bytes(cls, path: str, data: bytes) -> "SourceFile":
         text = decode_source(data)  # raises SourceError with the checker's own wording
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-        return cls(path, text, encoding)
+        return cls(path, text, encoding, data)
 
     def write(self, text: str) -> None:
         """Replace the file's content; through a symlink, the file it points to
-        is rewritten and the link stays."""
-        target = Path(os.path.realpath(self.path))
-        atomic_write_text(target, text, encoding=self.encoding, newline="")
+        is rewritten and the link stays.  Raises FileChanged, writing nothing,
+        when the file no longer holds the bytes it was read with."""
+        replace_file_bytes(self.path, text.encode(self.encoding), self.data)
 
     # the same interface as NotebookFile: a plain file's text is its Python text
 
@@ -84,6 +83,7 @@ class NotebookFile:
     path: str
     notebook: Notebook
     encoding: str  # "utf-8", or "utf-8-sig" when the file starts with a byte-order mark
+    data: bytes = b""  # the bytes read: the file is written only while it still holds them
 
     @classmethod
     def read(cls, path: str) -> "NotebookFile":
@@ -97,7 +97,7 @@ class NotebookFile:
         except UnicodeDecodeError as exc:
             raise SourceError("decode", f"not a valid notebook: not utf-8 text (byte {data[exc.start]:#04x})") \
                 from None
-        return cls(path, read_notebook(raw), encoding)
+        return cls(path, read_notebook(raw), encoding, data)
 
     @property
     def text(self) -> str:
@@ -153,8 +153,7 @@ class NotebookFile:
         return raw
 
     def write(self, text: str) -> None:
-        target = Path(os.path.realpath(self.path))
-        atomic_write_text(target, self.render(text), encoding=self.encoding, newline="")
+        replace_file_bytes(self.path, self.render(text).encode(self.encoding), self.data)
 
     def diff(self, display: str, before: str, after: str) -> str:
         """One unified diff per changed cell (``--- nb.ipynb:cell 3``)."""
@@ -216,12 +215,15 @@ def fix_files(
     locate: Callable[[str], str],
     recheck_for: Callable[[str], Recheck],
     write: bool,
+    changed_since_check: Callable[[str], bool] = lambda _path: False,
 ) -> list[FileFix]:
     """Fix every file that has an applicable fix, in path order.
 
     ``locate`` maps a finding's path to the file to open; ``recheck_for(path)``
     gives the function that checks a new text of that file.  Files without an
-    applicable fix are not opened, let alone written.
+    applicable fix are not opened, let alone written; a file that
+    ``changed_since_check`` (saved after the check read it: the findings'
+    positions may be stale) is not fixed.
     """
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
@@ -232,11 +234,15 @@ def fix_files(
         if not any(applicable(f, allowed) for f in own):
             continue
         real = locate(path)
+        empty = FixOutcome("", "")
         try:
             source = open_for_fixing(real)
         except SourceError as err:
-            empty = FixOutcome("", "")
             results.append(FileFix(path, empty, f"cannot read it for fixing: {err.message}"))
+            continue
+        if changed_since_check(real):
+            results.append(FileFix(path, empty, "not fixed: the file changed since hooklint checked it; nothing was "
+                                                "written, run hooklint again"))
             continue
         results.append(fix_source(path, source, own, allowed=allowed, recheck=recheck_for(real), write=write))
     return results
@@ -261,6 +267,9 @@ def fix_source(path: str, source: SourceFile | NotebookFile, findings: list[Find
     if write:
         try:
             source.write(outcome.text)
+        except FileChanged:
+            result.error = ("not fixed: the file changed since hooklint read it (saved by an editor or another "
+                            "run); nothing was written, run hooklint again")
         except OSError as exc:
             result.error = f"cannot write the fixes: {exc.strerror or exc}"
     return result

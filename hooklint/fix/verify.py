@@ -340,9 +340,9 @@ class Prover:
         if cache is not None:
             base = file_key(cache, path)
             key = cache.key({"proof": proof, "file": base}) if base else None
-            hit = cache.get(key) if key else None
+            hit = cache.get(key, lambda value: Verdict(str(value["status"]), str(value["detail"]))) if key else None
             if hit is not None:
-                return Verdict(hit["status"], hit["detail"])
+                return hit
         worker = self._worker()
         if worker is None:
             return Verdict("unverified", f"the proof worker could not start ({self.fatal})")

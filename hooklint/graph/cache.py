@@ -22,12 +22,14 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from hooklint import __version__
 from hooklint.cachedir import prepare_cache_folder
-from hooklint.fsutil import atomic_write_text
+from hooklint.fsutil import load_summed_json, write_summed_json
 from hooklint.graph.facts import FACTS_VERSION
+
+T = TypeVar("T")
 
 
 def file_digest(path: str | Path) -> str | None:
@@ -54,11 +56,21 @@ class GraphCache:
     def _entry_path(self, key: str) -> Path:
         return self.folder / "graph" / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str, decode: Callable[[Any], T] = lambda value: value) -> T | None:
+        """The value stored under ``key``, through ``decode``; None when there
+        is none, its dependencies changed, or it does not decode (a value of
+        another shape: an entry of another hooklint, or a forged one)."""
+        value = self._get(key)
+        if value is None:
+            return None
         try:
-            with open(self._entry_path(key), encoding="utf-8") as handle:
-                entry = json.load(handle)
-        except (OSError, ValueError):
+            return decode(value)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+
+    def _get(self, key: str) -> Any:
+        entry = load_summed_json(self._entry_path(key))
+        if not isinstance(entry, dict):
             return None
         deps = entry.get("deps", {})
         if not isinstance(deps, dict) or any(self._digest(p) != digest for p, digest in deps.items()):
@@ -87,7 +99,7 @@ class GraphCache:
             prepare_cache_folder(self.folder)
             path = self._entry_path(key)
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(entry, ensure_ascii=False))
+            write_summed_json(path, entry)
         except OSError as exc:
             self.error = f"cannot write the cache in {self.folder}: {exc.strerror or exc}"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def positive_seconds(text: str) -> float:
@@ -10,8 +11,8 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("the timeout must be positive")
+    if not 0 < value < math.inf:  # also refuses nan, which compares false with everything
+        raise argparse.ArgumentTypeError("the timeout must be a positive, finite number of seconds")
     return value
 
 

@@ -304,6 +304,10 @@ def _failure(reply: Reply, timeout: float) -> tuple[str, str]:
     return "crash", f"graph analysis failed: the model code crashed the worker ({reply.detail}){during}"
 
 
+def _cached_file_facts(value: dict[str, Any]) -> "FileFacts | str":
+    return "not a candidate" if value.get("not_candidate") else FileFacts.from_dict(value)
+
+
 def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = True, timeout: float | None = None,
                         run: GraphRun | None = None) -> tuple[dict[str, FileFacts], list[Notice]]:
     """Graph facts for the files that can benefit, and what the user should know."""
@@ -321,12 +325,12 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     for path in files:
         # the cache first: an unchanged file (and unchanged modules it imported) needs no parse
         key = file_key(cache, path) if cache else None
-        hit = cache.get(key) if cache and key else None
-        if hit is not None and hit.get("not_candidate"):
+        hit = cache.get(key, _cached_file_facts) if cache and key else None
+        if hit == "not a candidate":
             run.not_candidates.append(path)
             continue
         if hit is not None:
-            found = FileFacts.from_dict(hit)
+            found = hit
             found.path = _display(path)
             found.cached = True
             facts[path] = found
@@ -358,9 +362,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     factory_models: list[ModelFacts] | None = None
     factory_key = cache.key({"factories": config.models}) if cache and config.models else None
     if factory_key is not None and cache is not None:
-        hit = cache.get(factory_key)
-        if hit is not None:
-            factory_models = [ModelFacts.from_dict(m) for m in hit]
+        factory_models = cache.get(factory_key, lambda hit: [ModelFacts.from_dict(m) for m in hit])
     if todo or (config.models and factory_models is None):
         pool = WorkerPool(config.memory_limit, config.root, run)
         try:

@@ -8,6 +8,7 @@ from typing import Any
 
 from hooklint.findings import Notice
 from hooklint.graph.facts import FACTS_VERSION, FileFacts, ModelFacts, ModuleFacts
+from hooklint.report.escape import printable
 
 HEADERS = ("module", "class", "ops", "legacy hook binds to", "legacy-safe", "full hook before param grads")
 
@@ -103,7 +104,8 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
         chunks.append("legacy-safe: the legacy hook's grad_input starts with exactly the gradients of the module's "
                       "inputs.  full hook before param grads: its inputs can come straight from data that needs "
                       "no grad, so a full backward hook runs before its parameters' .grad is accumulated.")
-    return "\n".join(chunks).rstrip("\n") + "\n"
+    # class, module and file names come from the user's code: printed escaped
+    return "\n".join(printable(line) for line in "\n".join(chunks).rstrip("\n").split("\n")) + "\n"
 
 
 def _borrowed_label(model: ModelFacts) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hooklint.findings import Finding, Report, Severity
 from hooklint.report import SourceLoader, file_location
+from hooklint.report.escape import printable
 from hooklint.report.paths import repo_relative, repository_root
 
 _COMMANDS = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
@@ -48,8 +49,8 @@ def annotation(f: Finding, root: Path, sources: SourceLoader | None = None) -> s
         body.append(f"Fix ({f.fix.applicability.value}): {f.fix.message}")
     if f.url:
         body.append(f"Docs: {f.url}")
-    head = ",".join(f"{key}={escape_property(value)}" for key, value in props)
-    return f"::{_COMMANDS[f.severity]} {head}::{escape_data(chr(10).join(body))}\n"
+    head = ",".join(f"{key}={escape_property(printable(value))}" for key, value in props)
+    return f"::{_COMMANDS[f.severity]} {head}::{escape_data(chr(10).join(printable(part, keep_newlines=True) for part in body))}\n"
 
 
 def render_github(report: Report, root: Path | None = None, sources: SourceLoader | None = None) -> str:

@@ -10,6 +10,7 @@ from collections import Counter
 
 from hooklint.findings import Applicability, Finding, NoticeLevel, Report, Severity
 from hooklint.report import frame_text
+from hooklint.report.escape import printable
 from hooklint.report.paths import place
 from hooklint.static.source import python_lines
 
@@ -53,7 +54,8 @@ def _fix_marker(f: Finding) -> str:
 def header(f: Finding, style: _Style) -> str:
     sev = _RED if f.severity is Severity.ERROR else _YELLOW
     where = place(f.path, f.location, f.cell)[len(f.path):]
-    return f"{style(f.path, _BOLD)}{where}: {style(f.code, _BOLD, sev)}{_fix_marker(f)} {f.message}"
+    return (f"{style(printable(f.path), _BOLD)}{where}: {style(f.code, _BOLD, sev)}{_fix_marker(f)} "
+            f"{printable(f.message)}")
 
 
 def render_concise(report: Report, color: bool = False) -> str:
@@ -73,12 +75,14 @@ def code_frame(text: str | None, f: Finding, style: _Style, context: int = 1) ->
     width = len(str(last))
     out = [style(" " * width + " |", _BLUE)]
     for n in range(first, last + 1):
-        line = lines[n - 1].expandtabs(1)
+        raw = lines[n - 1].expandtabs(1)
+        line = printable(raw)
         out.append(style(f"{n:>{width}} |", _BLUE) + (" " + line if line else ""))
         if n == row:
-            start = f.location.column
-            if f.end_location.row == row and f.end_location.column > start:
-                length = f.end_location.column - start
+            # columns on the printed line: an escape is wider than the character it shows
+            start = len(printable(raw[:f.location.column - 1])) + 1
+            if f.end_location.row == row and f.end_location.column > f.location.column:
+                length = len(printable(raw[:f.end_location.column - 1])) + 1 - start
             else:
                 length = max(1, len(line) - start + 1)
             marker = " " * (start - 1) + "^" * max(1, length)
@@ -96,17 +100,17 @@ def render_full(report: Report, sources, color: bool = False) -> str:
         lines.extend(code_frame(frame_text(sources, f.path, f.cell), f, style))
         pad = "  "
         if f.help:
-            lines.append(f"{pad}{style('= help:', _CYAN, _BOLD)} {f.help}")
+            lines.append(f"{pad}{style('= help:', _CYAN, _BOLD)} {printable(f.help, keep_newlines=True)}")
         for rel in f.related:
-            lines.append(f"{pad}{style('= note:', _CYAN, _BOLD)} {rel.message} "
-                         f"({place(rel.path, rel.location, rel.cell)})")
+            lines.append(f"{pad}{style('= note:', _CYAN, _BOLD)} {printable(rel.message, keep_newlines=True)} "
+                         f"({printable(place(rel.path, rel.location, rel.cell))})")
         if f.fix is not None:
             label = {
                 Applicability.SAFE: "fix (safe, --fix)",
                 Applicability.UNSAFE: "fix (unsafe, --unsafe-fixes)",
                 Applicability.DISPLAY_ONLY: "suggested fix (not applied automatically)",
             }[f.fix.applicability]
-            lines.append(f"{pad}{style('= ' + label + ':', _CYAN, _BOLD)} {f.fix.message}")
+            lines.append(f"{pad}{style('= ' + label + ':', _CYAN, _BOLD)} {printable(f.fix.message, keep_newlines=True)}")
         if f.url:
             lines.append(f"{pad}{style('= docs:', _DIM)} {style(f.url, _DIM)} (or `hooklint rule {f.code}`)")
         chunks.append("\n".join(lines) + "\n")
@@ -203,7 +207,8 @@ def render_notices(report: Report, color: bool = False, levels: frozenset[Notice
     for n in report.unique_notices():
         if levels is not None and n.level not in levels:
             continue
-        out.append(f"hooklint: {style(n.level.value, _NOTICE_COLORS[n.level])}: {n.path}: {n.message}\n")
+        out.append(f"hooklint: {style(n.level.value, _NOTICE_COLORS[n.level])}: {printable(n.path)}: "
+                   f"{printable(n.message)}\n")
     return "".join(out)
 
 

@@ -74,7 +74,7 @@ def run_main(script: str | None, module: str | None, args: list[str]) -> Outcome
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # closed, or replaced by None
                 pass
     return Outcome(0, namespace=namespace)
 

@@ -58,11 +58,13 @@ def _comments(text: str):
     """(row, comment text) of real comments; strings that merely contain
     ``# noqa`` do not count.  Falls back to a line scan if tokenizing fails."""
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in tokenize.generate_tokens(io.StringIO(_with_newlines(text)).readline):
             if tok.type == tokenize.COMMENT and "noqa" in tok.string.lower():
                 yield tok.start[0], tok.string
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        for row, line in enumerate(text.splitlines(), start=1):
+        from hooklint.static.source import python_lines
+
+        for row, line in enumerate(python_lines(text), start=1):
             index = line.find("#")
             if index >= 0 and "noqa" in line[index:].lower():
                 yield row, line[index:]
@@ -145,6 +147,17 @@ def _merge_into_comment(comment: str, new_codes: set[str]) -> str | None:
     return comment[:start] + ", ".join(existing + extra) + comment[end:]
 
 
+def _with_newlines(text: str) -> str:
+    """``text`` with every line break Python knows (``\\r\\n``, ``\\r``,
+    ``\\n``) written as ``\\n``: rows and columns stay, and the tokenizer,
+    which splits lines on ``\\n`` only, sees the rows Python sees (a file
+    with old Mac line ends is otherwise one long line to it)."""
+    if "\r" not in text:
+        return text
+    lines = _split_keepends(text)
+    return "".join(line.rstrip("\r\n") + "\n" if line.endswith(("\r", "\n")) else line for line in lines)
+
+
 def _split_keepends(text: str) -> list[str]:
     from hooklint.static.source import python_lines
 
@@ -157,13 +170,13 @@ def _comment_layout(text: str) -> tuple[dict[int, tuple[int, str]], set[int]]:
     comments: dict[int, tuple[int, str]] = {}
     blocked: set[int] = set()
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        for tok in tokenize.generate_tokens(io.StringIO(_with_newlines(text)).readline):
             if tok.type == tokenize.COMMENT:
                 comments[tok.start[0]] = (tok.start[1], tok.string)
             elif tok.start[0] < tok.end[0] and tok.type not in (tokenize.NEWLINE, tokenize.NL):
                 blocked.update(range(tok.start[0], tok.end[0]))  # a multi-line string
     except (tokenize.TokenError, SyntaxError, IndentationError):
-        return {}, set(range(1, text.count("\n") + 2))
+        return {}, set(range(1, len(_split_keepends(text)) + 2))
     from hooklint.static.source import python_lines
 
     for row, line in enumerate(python_lines(text), start=1):

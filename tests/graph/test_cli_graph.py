@@ -95,7 +95,7 @@ def test_without_torch_check_says_so_once_and_graph_refuses(project, monkeypatch
 
 def test_timeout_must_be_positive(project):
     proc = run_cli("check", "legacy_hooks.py", "--timeout", "0", cwd=project)
-    assert proc.returncode == 2 and "the timeout must be positive" in proc.stderr
+    assert proc.returncode == 2 and "the timeout must be a positive, finite number of seconds" in proc.stderr
 
 
 def test_no_graph_analysis_when_no_enabled_rule_reads_the_graph(project, monkeypatch, capsys):

@@ -236,7 +236,7 @@ class TestFiles:
         def refuse(*_args, **_kw):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr(files, "atomic_write_text", refuse)
+        monkeypatch.setattr(files, "replace_file_bytes", refuse)
         (tmp_path / "a.py").write_text("x.old()\n")
         [result] = _fix_files([finding([((1, 3), (1, 6), "new")])], tmp_path)
         assert not result.changed and result.error == "cannot write the fixes: Permission denied"

@@ -195,3 +195,20 @@ def test_leak_registered_in_a_library_names_the_repeating_call(tmp_path):
             "and never removed") in findings[0]["message"]
     assert [(r["message"], r["filename"], r["location"]["row"]) for r in findings[0]["related"]] == [
         ("the call that repeats the registration", "main.py", 7)]
+
+
+@pytest.mark.parametrize("closing", [
+    "sys.stdout.close()",
+    "sys.stderr.close()",
+    "os.close(1)",
+    "sys.stdout = None",
+])
+def test_findings_reach_the_user_when_the_script_closes_its_streams(write, tmp_path, closing):
+    """The script closes or drops standard output (or error) before it ends:
+    hooklint's report is written through its own copies of the streams."""
+    write("closer.py", BUGGY.format(ending=f"import os\n{closing}"))
+    proc = run_cli("run", "--output-format", "concise", "closer.py", cwd=tmp_path)
+    assert "internal error" not in proc.stderr
+    assert proc.returncode == 0
+    assert "HKL401" in proc.stdout
+    assert "1 finding observed while running closer.py (HKL401)" in proc.stderr

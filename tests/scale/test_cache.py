@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import hooklint.results_cache as results_cache
 import hooklint.static.source as source
 from hooklint.config import Config
 from hooklint.engine import CheckOptions, run_check
+from hooklint.fsutil import load_summed_json, write_summed_json
 from tests.conftest import run_cli
 
 BAD = "import torch\nx = torch.ones(2, requires_grad=True)\nx.register_hook(lambda g: g.mul_(2))\n"
@@ -166,10 +166,10 @@ def test_a_corrupt_index_is_ignored_and_rewritten(project):
     cache.index_path.write_text("{not json")
     report, cache = check(project)
     assert cache.hits == 0 and [f.code for f in report.findings] == ["HKL401"]
-    assert json.loads(cache.index_path.read_text())["key"] == cache.key
-    entries = json.loads(cache.index_path.read_text())["files"]
+    assert load_summed_json(cache.index_path)["key"] == cache.key
+    entries = load_summed_json(cache.index_path)["files"]
     entries[str(project / "bad.py")] = ["garbage"]
-    cache.index_path.write_text(json.dumps({"key": cache.key, "files": entries}))
+    write_summed_json(cache.index_path, {"key": cache.key, "files": entries})
     report, cache = check(project)
     assert [f.code for f in report.findings] == ["HKL401"]
 

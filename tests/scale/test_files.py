@@ -95,8 +95,8 @@ def test_a_file_deleted_during_the_run(tmp_path, monkeypatch, jobs):
     victim = tmp_path / "m17.py"
     real_discover = engine.discover
 
-    def discover_then_delete(options):
-        files = real_discover(options)
+    def discover_then_delete(options, unreadable=None):
+        files = real_discover(options, unreadable)
         victim.unlink()
         return files
 
