@@ -66,6 +66,7 @@ class _Runner:
             self.cfg.ignore = self.cfg.ignore + ignore
         except ConfigError as exc:
             raise pytest.UsageError(f"hooklint: {exc}") from None
+        self.errors: list[tuple[str, str]] = []  # (test, message) of hooklint's own errors
 
     def _codes_for(self, item: pytest.Item) -> frozenset[str] | None:
         from hooklint.config import ConfigError, resolve_codes, validate_selectors
@@ -107,14 +108,35 @@ class _Runner:
             result = yield
         except BaseException as exc:
             session.observe_exception(exc)
-            text = self._text(session)
+            text = self._text(session) + self._errors(session, item)
             if text:
                 item.add_report_section("call", "hooklint", text)
             raise
-        text = self._text(session)
+        text = self._text(session) + self._errors(session, item)
         if text:
             raise pytest.fail.Exception(text, pytrace=False)
         return result
+
+    def _errors(self, session, item: pytest.Item) -> str:
+        """hooklint's own errors while it watched the test: the test's result
+        cannot be trusted to say "no hook problem", so they fail it, and the
+        run's summary lists them again."""
+        from hooklint.findings import NoticeLevel
+
+        errors = [n.message for n in session.notices if n.level is NoticeLevel.ERROR]
+        if not errors:
+            return ""
+        self.errors.extend((item.nodeid, message) for message in errors)
+        lines = ["hooklint could not watch this test: " + message for message in errors]
+        lines.append("(run without --hooklint, or mark the test @pytest.mark.hooklint(enabled=False), "
+                     "to go on without it)")
+        return "\n".join(lines) + "\n"
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.errors:
+            terminalreporter.section("hooklint errors", sep="-", red=True)
+            for nodeid, message in self.errors:
+                terminalreporter.line(f"{nodeid}: {message}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem):

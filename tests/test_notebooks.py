@@ -384,6 +384,20 @@ def test_a_fix_that_moves_lines_around_a_magic_restores_it(tmp_path):
     assert new.index("y.backward()") < new.index("h.remove()"), new
 
 
+@pytest.mark.parametrize("magics", ["%%time\n", "%%capture out\n", "%load_ext autoreload\n"])
+def test_the_helper_goes_below_the_magics_that_open_its_cell(tmp_path, magics):
+    """A cell magic must stay the cell's first line (IPython runs the cell
+    through it): the HKL101 helper is written after it."""
+    cells = _fixable_cells(magics + HOOK_CELL)
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook_json(cells))
+    r = run_cli("check", "--static-only", "--fix", "--unsafe-fixes", "nb.ipynb", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cell = "".join(json.loads(path.read_text())["cells"][2]["source"])
+    assert cell.startswith(magics + "def output_grad_hook(hook):"), cell
+    assert "model.register_forward_hook(output_grad_hook(show))" in cell
+
+
 def test_fix_crossing_cells_is_never_applied():
     from hooklint.fix.files import _fix_in_one_cell
 

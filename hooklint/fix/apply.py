@@ -14,6 +14,7 @@ the round limit is hit.
 from __future__ import annotations
 
 import ast
+import bisect
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable
@@ -138,20 +139,56 @@ def apply_round(text: str, findings: Iterable[Finding], allowed: Collection[Appl
                                for _, f in candidates)
         return result
     candidates.sort(key=lambda c: (c[0][0].start, c[1].sort_key()))
-    accepted: list[tuple[tuple[_Span, ...], list[Finding]]] = []
+    accepted: dict[tuple[_Span, ...], list[Finding]] = {}  # insertion order is source order
+    taken = _TakenSpans()
     for spans, finding in candidates:
-        same = next((group for group in accepted if group[0] == spans), None)
+        same = accepted.get(spans)
         if same is not None:  # two findings, one identical fix: apply it once, both are fixed
-            same[1].append(finding)
-        elif not any(_conflict(spans, group[0]) for group in accepted):
-            accepted.append((spans, [finding]))
+            same.append(finding)
+        elif not taken.conflicts(spans):
+            accepted[spans] = [finding]
+            taken.add(spans)
         # else: it waits for the next round, re-computed on the new text
-    new_text = _build(text, (s for group in accepted for s in group[0]))
+    groups = list(accepted.items())
+    new_text = _build(text, (s for group in groups for s in group[0]))
     if parse_error(new_text) is not None:
-        accepted, new_text = _drop_breaking(text, accepted, result)
+        groups, new_text = _drop_breaking(text, groups, result)
     result.text = new_text
-    result.applied = [f for group in accepted for f in group[1]]
+    result.applied = [f for group in groups for f in group[1]]
     return result
+
+
+class _TakenSpans:
+    """The spans of the fixes accepted in a round, sorted: does a new fix
+    collide with one of them?  Accepted spans never overlap one another
+    (identical ones, a helper several fixes share, are kept once), so a
+    collision is found next to where the new span would sort: a file with
+    thousands of fixes is not compared pair by pair."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, int]] = []
+        self.spans: list[_Span] = []
+
+    def conflicts(self, spans: tuple[_Span, ...]) -> bool:
+        for x in spans:
+            j = bisect.bisect_right(self.keys, (x.end, x.end)) - 1
+            while j >= 0:
+                y = self.spans[j]
+                if y.end < x.start:
+                    break
+                if y != x and _overlap(x, y):
+                    return True
+                j -= 1
+        return False
+
+    def add(self, spans: tuple[_Span, ...]) -> None:
+        for x in spans:
+            key = (x.start, x.end)
+            i = bisect.bisect_left(self.keys, key)
+            if any(self.spans[k] == x for k in range(i, min(i + 1, len(self.spans)))):
+                continue  # shared with a fix accepted before
+            self.keys.insert(i, key)
+            self.spans.insert(i, x)
 
 
 def _drop_breaking(text, accepted, result: RoundResult):

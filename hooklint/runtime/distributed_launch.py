@@ -106,7 +106,9 @@ def launch(rank_args: list[str], nproc: int, *, mode: str, codes: Iterable[str],
     env[CODES_VAR] = ",".join(sorted(codes))
     env[MODE_VAR] = mode
     env.update(extra_env or {})
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    # torch's launcher, with its stores on the loopback interface only
+    command = [sys.executable, "-m", "hooklint.runtime.loopback_launcher", "--standalone",
+               f"--nproc-per-node={nproc}", "--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1",
                "-m", RANK_MODULE, *rank_args]
     out = subprocess.DEVNULL if capture else None
     timed_out = False

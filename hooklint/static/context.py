@@ -89,7 +89,7 @@ class FileContext:
         return start, end
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.text, node) or ""
+        return self.index.segment(node)
 
     def line(self, row: int) -> str:
         return self.index.line(row)

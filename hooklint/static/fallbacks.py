@@ -27,7 +27,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hooklint.static.semantic import SemanticModel, short_source, statements_before
+from hooklint.static.semantic import SemanticModel, earlier_exit_guards, short_source
 
 # The first torch release with `Module.register_full_backward_hook`.
 FULL_HOOKS_SINCE = (1, 8, 0)
@@ -64,9 +64,8 @@ def dead_on_current_torch(model: SemanticModel, node: ast.AST) -> str | None:
                     return ("the `except AttributeError` fallback of `register_full_backward_hook`, which every "
                             "torch >= 1.8 has")
         if isinstance(child, ast.stmt):
-            for earlier in statements_before(child, parent):
-                if isinstance(earlier, ast.If) and earlier.body and _exits(earlier.body[-1]) \
-                        and decide(model, earlier.test) is True:
+            for earlier in earlier_exit_guards(child, parent):
+                if decide(model, earlier.test) is True:
                     return f"it follows `if {short_source(earlier.test)}:`, which always leaves on torch >= 1.8"
         child, parent = parent, getattr(parent, "_hl_parent", None)
     return None
@@ -265,10 +264,6 @@ def _uses_full_hook_api(body: list[ast.stmt]) -> bool:
             if isinstance(node, ast.Constant) and node.value in _FULL_HOOK_APIS:
                 return True
     return False
-
-
-def _exits(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, (ast.Return, ast.Raise, ast.Continue, ast.Break))
 
 
 def _in(node: ast.AST, block: object) -> bool:

@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator
 
-from hooklint.static.semantic import FunctionNode, SemanticModel
+from hooklint.static.semantic import FunctionNode, SemanticModel, block_position
 from hooklint.static.values import CallableValue, ClassValue, Inference, ModuleValue, ObjectValue, TensorValue
 
 LoopNode = (ast.For, ast.AsyncFor, ast.While)
@@ -34,17 +34,7 @@ def block_of(stmt: ast.stmt) -> tuple[list[ast.stmt], int] | None:
     parent = getattr(stmt, "_hl_parent", None)
     if parent is None:
         return None
-    for field in ("body", "orelse", "finalbody"):
-        block = getattr(parent, field, None)
-        if isinstance(block, list):
-            for i, item in enumerate(block):
-                if item is stmt:
-                    return block, i
-    if isinstance(parent, ast.match_case):
-        for i, item in enumerate(parent.body):
-            if item is stmt:
-                return parent.body, i
-    return None
+    return block_position(stmt, parent)
 
 
 def contains(ancestor: ast.AST, node: ast.AST) -> bool:

@@ -482,8 +482,12 @@ class HookIndex:
         return True
 
     def by_kind(self, *kinds: HookKind) -> list[Registration]:
-        """Registrations (one per call) of these kinds; see :meth:`instances_by_kind`."""
-        return [r for r in self.registrations if r.kind in kinds]
+        """Registrations (one per call) of these kinds; see :meth:`instances_by_kind`.
+        Filtered once per set of kinds: rules ask per registration."""
+        cache = self.__dict__.setdefault("_by_kind", {})
+        if kinds not in cache:
+            cache[kinds] = [r for r in self.registrations if r.kind in kinds]
+        return list(cache[kinds])
 
     def for_hook_function(self, node: ast.AST) -> list[Registration]:
         return [r for r in self.registrations if r.hook is not None and r.hook.node is node]

@@ -34,7 +34,7 @@ from hooklint.static.semantic import (
     SemanticModel,
     is_torch_module_class,
     short_source,
-    statements_before,
+    earlier_exit_guards,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,7 +69,6 @@ class Narrowing:
 
 
 _BOUNDARIES = FunctionNode + (ast.Lambda, ast.ClassDef, ast.Module)
-_EXITS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
 
 
 def holding_tests(node: ast.AST) -> Iterator[ast.expr]:
@@ -98,9 +97,8 @@ def holding_tests(node: ast.AST) -> Iterator[ast.expr]:
             for gen in parent.generators:
                 yield from gen.ifs
         if isinstance(child, ast.stmt):
-            for earlier in statements_before(child, parent):
-                if isinstance(earlier, ast.If) and not earlier.orelse and earlier.body \
-                        and isinstance(earlier.body[-1], _EXITS):
+            for earlier in earlier_exit_guards(child, parent):
+                if not earlier.orelse:
                     yield _negate(earlier.test)
         child, parent = parent, getattr(parent, "_hl_parent", None)
 

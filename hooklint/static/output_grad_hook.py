@@ -24,7 +24,7 @@ import ast
 
 from hooklint.findings import Edit, Location
 from hooklint.static.context import FileContext
-from hooklint.static.notebook import CELL_BOUNDARY
+from hooklint.static.notebook import CELL_BOUNDARY, MAGIC_MARK
 from hooklint.static.semantic import SemanticModel
 
 HELPER_NAME = "output_grad_hook"
@@ -131,6 +131,11 @@ def insertion_edit(ctx: FileContext, first_use: ast.AST, name: str) -> Edit | No
     index = 0
     while index < limit and tree.body[index].lineno < floor:
         index += 1
+    # IPython magics at the top of the cell stay there: a cell magic
+    # (`%%time`) must be the cell's first line, or the cell no longer runs
+    while index < limit and _is_masked_magic(ctx, tree.body[index]):
+        floor = tree.body[index].end_lineno + 1  # type: ignore[operator]
+        index += 1
     start = index
     while index < limit and _is_import_block(tree.body[index], index - start):
         index += 1
@@ -149,6 +154,12 @@ def insertion_edit(ctx: FileContext, first_use: ast.AST, name: str) -> Edit | No
     before = "" if row - blank_above <= floor else "\n" * max(0, 2 - blank_above)
     content = before + helper_source(name) + "\n\n"
     return Edit(content, Location(row, 1), Location(row, 1))
+
+
+def _is_masked_magic(ctx: FileContext, stmt: ast.stmt) -> bool:
+    """A notebook line of IPython syntax, which the notebook reader turned
+    into `pass  # hooklint: ipython N` (see hooklint.static.notebook)."""
+    return isinstance(stmt, ast.Pass) and MAGIC_MARK in ctx.line(stmt.lineno)
 
 
 def _cell_start_row(ctx: FileContext, row: int) -> int:

@@ -167,18 +167,70 @@ def short_source(node: ast.AST) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+_BLOCK_FIELDS = ("body", "orelse", "finalbody")
+
+
+def _blocks_of(parent: ast.AST) -> list[tuple[object, list]]:
+    """(key, statement list) of every block ``parent`` holds directly: its
+    body, ``else`` and ``finally``, and its ``except`` handlers' bodies."""
+    out: list[tuple[object, list]] = [(f, getattr(parent, f, None)) for f in _BLOCK_FIELDS]
+    out += [(("handler", n), h.body) for n, h in enumerate(getattr(parent, "handlers", ()) or ())]
+    return [(key, block) for key, block in out if isinstance(block, list)]
+
+
+def block_position(stmt: ast.stmt, parent: ast.AST) -> tuple[list[ast.stmt], int] | None:
+    """The block of ``parent`` that holds ``stmt``, and its index there.
+
+    Every statement of ``parent``'s blocks learns its position the first time
+    one of them is asked (``_hl_block``: the block's key and the index, no
+    reference back to the list, so no new reference cycle for the collector):
+    asking for each statement of a long block was quadratic (a module of
+    5,000 registrations)."""
+    if getattr(stmt, "_hl_parent", None) is not parent:
+        return None
+    pos = getattr(stmt, "_hl_block", None)
+    if pos is None:
+        for key, block in _blocks_of(parent):
+            for i, item in enumerate(block):
+                item._hl_block = (key, i)  # type: ignore[attr-defined]
+        pos = getattr(stmt, "_hl_block", None)
+        if pos is None:
+            return None
+    key, index = pos
+    block = dict(_blocks_of(parent)).get(key)
+    if block is None or index >= len(block) or block[index] is not stmt:
+        return None
+    return block, index
+
+
 def statements_before(stmt: ast.stmt, parent: ast.AST) -> list[ast.stmt]:
     """The statements before ``stmt`` in the block of ``parent`` that holds it
     (a body, an ``else``, a ``finally`` or an ``except`` handler): what has run
     by the time it runs.  Empty when no block of ``parent`` holds it."""
-    blocks = [getattr(parent, f, None) for f in ("body", "orelse", "finalbody")]
-    blocks += [h.body for h in getattr(parent, "handlers", ()) or ()]
-    for block in blocks:
-        if isinstance(block, list):
-            for i, item in enumerate(block):
-                if item is stmt:
-                    return block[:i]
-    return []
+    pos = block_position(stmt, parent)
+    return [] if pos is None else pos[0][:pos[1]]
+
+
+_EXIT_STATEMENTS = (ast.Continue, ast.Break, ast.Return, ast.Raise)
+
+
+def earlier_exit_guards(stmt: ast.stmt, parent: ast.AST) -> list[ast.If]:
+    """The ``if`` statements before ``stmt`` in its block whose body ends by
+    leaving (return, raise, break, continue): what a statement after them
+    knows about their tests.  Found once per block (``_hl_guards``)."""
+    pos = block_position(stmt, parent)
+    if pos is None:
+        return []
+    block, index = pos
+    key = stmt._hl_block[0]  # type: ignore[attr-defined]
+    guards = getattr(parent, "_hl_guards", None)
+    if guards is None:
+        guards = {}
+        parent._hl_guards = guards  # type: ignore[attr-defined]
+    if key not in guards:
+        guards[key] = [i for i, item in enumerate(block) if isinstance(item, ast.If) and item.body
+                       and isinstance(item.body[-1], _EXIT_STATEMENTS)]
+    return [block[i] for i in guards[key] if i < index]
 
 
 def child_nodes(node: ast.AST) -> list[ast.AST]:

@@ -183,3 +183,64 @@ def test_missing_script_is_a_usage_error_before_any_launch(tmp_path):
     assert result.returncode == 2
     assert "missing.py: no such file or directory" in result.stderr
     assert os.listdir(tmp_path) == []
+
+
+IDLE_RANKS = """
+import time
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.barrier()
+time.sleep(4)
+dist.destroy_process_group()
+"""
+
+
+def _listening_sockets(pids: set[int]) -> set[tuple[str, int]]:
+    """(address, port) of the TCP sockets in LISTEN state that these processes hold."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            local, state, inode = cols[1], cols[3], cols[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                address, port = local.split(":")
+                found.add((address, int(port, 16)))
+    return found
+
+
+_LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc prints them
+
+
+def test_the_launcher_listens_on_loopback_only(tmp_path):
+    """torch's launcher serves the rendezvous and the ranks' store on every
+    interface; under `hooklint run --nproc` both are bound to 127.0.0.1."""
+    (tmp_path / "idle.py").write_text(IDLE_RANKS)
+    marker = new_marker()
+    proc = subprocess.Popen([sys.executable, "-m", "hooklint", "run", "--nproc", "2", "--timeout", "120", "idle.py"],
+                            cwd=tmp_path, env=env_with(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen: set[tuple[str, int]] = set()
+    try:
+        while proc.poll() is None:
+            seen |= _listening_sockets(set(survivors(marker)))
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_marked(marker)
+    assert proc.returncode == 0, err[-2000:]
+    assert seen, "no listening socket was seen: the probe did not work"
+    assert {address for address, _port in seen} <= _LOOPBACK, seen

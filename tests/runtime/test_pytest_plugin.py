@@ -122,3 +122,35 @@ def test_plugin_does_not_import_torch_without_the_option(pytester):
             assert "hooklint.pytest_plugin" in sys.modules
     """)
     pytester.runpytest_subprocess("-p", "hooklint").assert_outcomes(passed=1)
+
+
+BROKEN_RUNTIME = """
+import torch
+from hooklint.runtime.core import RUNTIME
+
+def explain(*args, **kwargs):
+    raise KeyError("a bug in hooklint")
+
+RUNTIME.explain_exception = explain
+
+def test_fails_on_its_own():
+    raise ValueError("the test's own failure")
+
+def test_passes():
+    x = torch.ones(2, requires_grad=True)
+    (x * 2).sum().backward()
+"""
+
+
+def test_an_internal_error_is_seen(pytester, monkeypatch):
+    """hooklint's own error while it watches a test is shown in that test's
+    report and in the run's summary, never swallowed."""
+    monkeypatch.delenv("HOOKLINT_STRICT", raising=False)  # strict mode raises instead: the user's mode here
+    pytester.makepyfile(test_broken=BROKEN_RUNTIME)
+    result = pytester.runpytest("--hooklint")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*hooklint could not watch this test: hooklint internal error at *: KeyError: 'a bug in hooklint'*",
+        "*hooklint errors*",
+        "test_broken.py::test_fails_on_its_own: hooklint internal error*",
+    ])
