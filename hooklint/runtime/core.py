@@ -578,27 +578,28 @@ class Runtime:
         the hook's definition, since the registration was not seen."""
         roots = describe.Roots.capture(caller)
         found = []
-        dicts: list[tuple[Any, dict, HookKind, bool]] = []
+        # (target, its hooks, kind, global, the parameter's name in `module` when the caller's names lack it)
+        dicts: list[tuple[Any, dict, HookKind, bool, str | None]] = []
         for name, kind in (("_global_forward_pre_hooks", HookKind.FORWARD_PRE),
                            ("_global_forward_hooks", HookKind.FORWARD),
                            ("_global_backward_pre_hooks", HookKind.FULL_BACKWARD_PRE)):
-            dicts.append((None, getattr(module_mod, name), kind, True))
+            dicts.append((None, getattr(module_mod, name), kind, True, None))
         legacy = module_mod._global_is_full_backward_hook is False
         dicts.append((None, module_mod._global_backward_hooks,
-                      HookKind.BACKWARD_LEGACY if legacy else HookKind.FULL_BACKWARD, True))
-        for sub in module.modules() if module is not None else ():
-            dicts.append((sub, sub._forward_pre_hooks, HookKind.FORWARD_PRE, False))
-            dicts.append((sub, sub._forward_hooks, HookKind.FORWARD, False))
-            dicts.append((sub, sub._backward_pre_hooks, HookKind.FULL_BACKWARD_PRE, False))
+                      HookKind.BACKWARD_LEGACY if legacy else HookKind.FULL_BACKWARD, True, None))
+        for path, sub in module.named_modules() if module is not None else ():
+            dicts.append((sub, sub._forward_pre_hooks, HookKind.FORWARD_PRE, False, None))
+            dicts.append((sub, sub._forward_hooks, HookKind.FORWARD, False, None))
+            dicts.append((sub, sub._backward_pre_hooks, HookKind.FULL_BACKWARD_PRE, False, None))
             dicts.append((sub, sub._backward_hooks, HookKind.BACKWARD_LEGACY if sub._is_full_backward_hook is False
-                          else HookKind.FULL_BACKWARD, False))
-            for param in sub.parameters(recurse=False):
+                          else HookKind.FULL_BACKWARD, False, None))
+            for param_name, param in sub.named_parameters(recurse=False):
                 for attr, kind in (("_backward_hooks", HookKind.TENSOR),
                                    ("_post_accumulate_grad_hooks", HookKind.POST_ACCUMULATE)):
                     hooks_dict = getattr(param, attr)
                     if hooks_dict:
-                        dicts.append((param, hooks_dict, kind, False))
-        for target, hooks_dict, kind, is_global in dicts:
+                        dicts.append((param, hooks_dict, kind, False, f"{path}.{param_name}" if path else param_name))
+        for target, hooks_dict, kind, is_global, target_name in dicts:
             for handle_id, hook in list(hooks_dict.items()):
                 known = getattr(hook, _WRAPPER_ATTR, None)
                 if known is not None:
@@ -613,7 +614,8 @@ class Runtime:
                 code = describe.hook_code(hook)
                 site = frames.code_site(code) if code is not None else (
                     frames.site_of(caller) if caller is not None else Site("<unknown>", 1))
-                rec = HookRecord(kind, is_global, hook, site, roots, target, [session], adopted=True)
+                rec = HookRecord(kind, is_global, hook, site, roots, target, [session], adopted=True,
+                                 target_name=target_name)
                 session._records.append(rec)
                 hooks_dict[handle_id] = _wrap(self, rec, hook)
                 self._bind(rec, handle_id, weakref.ref(hooks_dict))
@@ -730,7 +732,8 @@ class Runtime:
             if binding is not None and binding.wrong:
                 self.emit(rec.sessions, observe.legacy_grad_input(rec, module, node, grads[0], binding))
         if failure is None and result is not None:
-            obs = observe.return_arity(rec, module, grads, result)
+            obs = observe.return_arity(rec, module, grads, result) or \
+                observe.module_hook_mismatch(rec, module, grads, result)
             if obs is not None:
                 self.emit(rec.sessions, obs)
         if not call.accesses or task_id < 0:
@@ -1436,6 +1439,10 @@ def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
                 rt.emit(rec.sessions, observe.mutated_argument(rec, [("grad", version, grad._version)]))
             if result is not None and not isinstance(result, torch.Tensor):
                 rt.emit(rec.sessions, observe.tensor_hook_return(rec, result))
+            elif result is not None:
+                mismatch = observe.tensor_hook_mismatch(rec, grad, result)
+                if mismatch is not None:
+                    rt.emit(rec.sessions, mismatch)
         except Exception as exc:  # noqa: BLE001
             rt.internal_error(rec.sessions, exc)
         return result
