@@ -13,7 +13,6 @@ from hooklint.config import Config
 from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel, Report
 from hooklint.static.checker import FileResult, check_file
-from hooklint.static.notebook import is_notebook
 
 
 class UsageError(Exception):
@@ -92,10 +91,9 @@ def run_check(options: CheckOptions) -> Report:
     files = discover(options)
     report = Report(files_checked=len(files))
     graph_facts: dict[str, Any] = {}
-    # notebooks are never imported: the graph layer sees Python files only
-    modules = [path for path in files if not is_notebook(path)]
-    if not options.static_only and options.graph_provider is not None and modules:
-        graph_facts, notices = options.graph_provider(modules, options.config)
+    # notebooks too: the graph layer imports the definitions of their code cells, never their top-level code
+    if not options.static_only and options.graph_provider is not None and files:
+        graph_facts, notices = options.graph_provider(files, options.config)
         report.notices.extend(notices)
     results = check_many(files, options, graph_facts)
     for result in results:
