@@ -56,8 +56,12 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     ## Known problems
     Reported when one file shows both the hook and the accumulation.  A hook
     in a library whose training loop is elsewhere is not reported by the
-    static pass (`hooklint run` reports an optimizer step in a hook that
-    re-applies a gradient it already applied).  Not reported when the step in
+    static pass.  At run time (`hooklint run`), what is certain is reported:
+    an optimizer step made from a hook while a parameter's `.grad` still holds
+    a gradient an earlier step from a hook already applied (the hook steps on
+    every micro-batch and the loop zeroes every N); a hook that steps and
+    zeroes on every micro-batch looks at run time like the pattern without
+    accumulation, and is left to the static pass.  Not reported when the step in
     the hook depends on a flag or count (`if sync_now:`, `if self.micro_step
     % n == 0:`), nor when the file refuses the combination (`if optim_in_bwd
     and grad_accum > 1: raise ...`).  The optimizer is recognised by its
@@ -125,7 +129,7 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     summary = ("A hook steps the optimizer on every backward while the training loop accumulates gradients over "
                "micro-batches")
     severity = Severity.ERROR
-    origins = (Origin.STATIC,)
+    origins = (Origin.STATIC, Origin.RUNTIME)
     triggers = ("register_post_accumulate_grad_hook", "register_hook", "backward_hook", "backward_pre_hook")
     trigger_pattern = r"\.(?:step|zero_grad|add_|sub_|addcdiv_|addcmul_|lerp_)\b"
     VALID: ClassVar[tuple[str, ...]] = (

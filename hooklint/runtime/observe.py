@@ -396,6 +396,33 @@ def module_hook_mismatch(rec: "HookRecord", module: nn.Module, grads: tuple, res
     return None
 
 
+# -- HKL205 --------------------------------------------------------------------
+
+
+def optimizer_step_applies_again(rec: "HookRecord", optimizer: Any, params: list) -> Observation:
+    """An optimizer step made from a backward hook while the parameters' `.grad`
+    still holds a gradient an earlier step from a hook already applied."""
+    names = [rec.roots.parameter_name(p) or f"a parameter of shape {describe.shape_text(p)}" for p in params]
+    subject = f"`{names[0]}`" + (f" and {_plural(len(names) - 1, 'other')}" if len(names) > 1 else "")
+    step = f"`{type(optimizer).__name__}.step()`"
+    return Observation(
+        code="HKL205",
+        key=("HKL205", rec.site, rec.name),
+        site=rec.site,
+        message=f"{rec.what()} calls {step} for {subject} while its `.grad` still holds the gradient an earlier "
+        f"step from this hook already applied (nothing reset it since: one more backward was added to it), so "
+        f"this update applies that gradient again; a hook steps on every backward, also on each micro-batch "
+        f"of an accumulated step",
+        help="Step in the hook only after the last micro-batch's backward (test a flag the loop sets), or reset "
+        "the gradient right after the step in the hook (`optimizer.zero_grad()`) and do not accumulate, or "
+        "step outside the hook.",
+        expected="each backward's gradient used by one optimizer step",
+        observed="a gradient used by two steps",
+        subject=subject,
+        subject_noun="parameter",
+    )
+
+
 # -- HKL201 --------------------------------------------------------------------
 
 
