@@ -177,6 +177,22 @@ class OptimizerStepInHookUnderAccumulation(Rule):
         "model.weight.register_post_accumulate_grad_hook(tick)\n"
         "for i, (x, y) in enumerate(batches):\n"
         "    (model(x).sum() / accum_steps).backward()\n",
+        # a loop that steps a scheduler every N backward passes and logs every 10 does not accumulate
+        "import torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "opts = {p: torch.optim.SGD([p], lr=0.1) for p in model.parameters()}\n"
+        "def step(p):\n"
+        "    opts[p].step()\n"
+        "    opts[p].zero_grad()\n"
+        "for p in model.parameters():\n"
+        "    p.register_post_accumulate_grad_hook(step)\n"
+        "for i, (x, y) in enumerate(batches):\n"
+        "    ((model(x) - y) ** 2).mean().backward()\n"
+        "    if (i + 1) % 1000 == 0:\n"
+        "        scheduler.step()\n"
+        "    if i % 10 != 0:\n"
+        "        continue\n"
+        "    print(i)\n",
         # the file refuses to accumulate with the optimizer in backward
         "import torch\n"
         "model = torch.nn.Linear(4, 1)\n"

@@ -269,20 +269,35 @@ def _has_modulo(test: ast.AST) -> ast.BinOp | None:
     return None
 
 
-def _steps_or_skips(stmts: list[ast.stmt]) -> bool:
+def _updates(model: SemanticModel, stmts: list[ast.stmt]) -> bool:
+    """The statements step an optimizer or reset gradients: ``opt.step()`` (an
+    optimizer, not a scheduler), ``zero_grad()`` of anything, ``p.grad = None``."""
     for stmt in stmts:
-        if isinstance(stmt, ast.Continue):
-            return True
         for sub in ast.walk(stmt):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in OPTIMIZER_METHODS:
-                return True
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                if sub.func.attr == "zero_grad":
+                    return True
+                if sub.func.attr == "step" and optimizer_evidence(model, sub.func.value) is not None:
+                    return True
             if isinstance(sub, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "grad"
                                                    for t in sub.targets):
                 return True  # `p.grad = None`: the gradients are reset there
     return False
 
 
-def _loop_evidence(loop: ast.AST) -> Accumulation | None:
+def _skips_updates(model: SemanticModel, node: ast.If) -> bool:
+    """``if i % n != 0: continue`` followed, in the same block, by a step or a reset."""
+    if not node.body or not isinstance(node.body[-1], ast.Continue):
+        return False
+    parent = getattr(node, "_hl_parent", None)
+    for field in ("body", "orelse"):
+        block = getattr(parent, field, None)
+        if isinstance(block, list) and node in block:
+            return _updates(model, block[block.index(node) + 1:])
+    return False
+
+
+def _loop_evidence(model: SemanticModel, loop: ast.AST) -> Accumulation | None:
     calls_backward = False
     found: list[tuple[int, Accumulation]] = []  # (strength, evidence): structure before names
     for node in _own_nodes(loop):
@@ -297,7 +312,8 @@ def _loop_evidence(loop: ast.AST) -> Accumulation | None:
                 found.append((0, Accumulation(node, f"`with {src(node)}:` accumulates gradients", loop)))
         elif isinstance(node, ast.If):
             modulo = _has_modulo(node.test)
-            if modulo is not None and (_steps_or_skips(node.body) or _steps_or_skips(node.orelse)
+            if modulo is not None and (_updates(model, node.body) or _updates(model, node.orelse)
+                                       or _skips_updates(model, node)
                                        or any(_is_accumulation_name(sub) for sub in ast.walk(node.test))):
                 found.append((0, Accumulation(node, f"`if {src(node.test)}:` steps only once every "
                                                     f"`{src(modulo.right)}` backward passes", loop)))
@@ -358,7 +374,7 @@ def accumulations(model: SemanticModel, tree: ast.Module) -> list[Accumulation]:
     out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            found = _loop_evidence(node)
+            found = _loop_evidence(model, node)
             if found is not None:
                 out.append(found)
         elif isinstance(node, ast.Call) and node.keywords:
