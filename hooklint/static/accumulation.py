@@ -46,8 +46,8 @@ _NOT_OPTIMIZER = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
 # Counts of micro-batches per step: `gradient_accumulation_steps`, `grad_accum`, `accum_iter`,
 # `accumulation_steps`, `accumulate_grad_batches` (not `accumulated_loss`).
 _ACCUMULATION_NAME = re.compile(
-    r"grad(?:ient)?_?accum|accum(?:ulation|ulate)?_(?:steps?|iters?|iterations|count|batches|freq|every|n|"
-    r"grad_batches|size)\b|^accum(?:ulation)?(?:_?steps)?$|^n_?accum",
+    r"grad(?:ient)?_?accum|accum(?:ulation|ulate)?_?(?:steps?|iters?|iterations|count|batches|freq|every|"
+    r"grad_batches)(?:$|_)|^n_?accum",
     re.IGNORECASE)
 # Trainer options that set an accumulation count.
 _ACCUMULATION_OPTIONS = frozenset({"accumulate_grad_batches", "gradient_accumulation_steps"})
