@@ -16,7 +16,7 @@ from hooklint.static.accumulation import (
 )
 from hooklint.static.context import FileContext
 from hooklint.static.describe import MODULE_BACKWARD_KINDS, describe_registrations, hook_label, registrations_by_hook
-from hooklint.static.hooks import HookKind
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind
 
 _KINDS = (HookKind.POST_ACCUMULATE, HookKind.TENSOR, *MODULE_BACKWARD_KINDS)
 
@@ -130,7 +130,8 @@ class OptimizerStepInHookUnderAccumulation(Rule):
                "micro-batches")
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("register_post_accumulate_grad_hook", "register_hook", "backward_hook", "backward_pre_hook")
+    triggers = ("register_post_accumulate_grad_hook", "register_hook", "backward_hook",
+                "backward_pre_hook") + DYNAMIC_NAME_TRIGGERS
     trigger_pattern = r"\.(?:step|zero_grad|add_|sub_|addcdiv_|addcmul_|lerp_)\b"
     VALID: ClassVar[tuple[str, ...]] = (
         # optimizer in backward without accumulation: one step per backward is the intent
