@@ -52,6 +52,8 @@ class OptimizerStepInHookUnderAccumulation(Rule):
 
     A hook that only calls `zero_grad()` erases each micro-batch's gradient
     before the next one is added: no gradient is accumulated at all.
+    transformers' Trainer refuses gradient accumulation with its layer-wise
+    optimizers, which step from such hooks, for this reason.
 
     ## Known problems
     Reported when one file shows both the hook and the accumulation.  A hook
