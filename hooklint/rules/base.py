@@ -91,10 +91,8 @@ class Rule:
         related: Iterable[Related] = (),
         origin: Origin = Origin.STATIC,
         name_only: bool = False,
-        severity: Severity | None = None,
     ) -> Finding:
-        """A finding at ``node``; ``name_only`` narrows ``a.b.method`` to ``method``.
-        ``severity``: for the case of a rule its docs name as more severe than the rule's own."""
+        """A finding at ``node``; ``name_only`` narrows ``a.b.method`` to ``method``."""
         start, end = ctx.name_span(node) if name_only else ctx.span(node)
         return cls.make(
             path=ctx.display_path,
@@ -105,7 +103,6 @@ class Rule:
             fix=fix,
             related=related,
             origin=origin,
-            severity=severity,
         )
 
     @classmethod
@@ -120,7 +117,6 @@ class Rule:
         fix: Fix | None = None,
         related: Iterable[Related] = (),
         origin: Origin = Origin.STATIC,
-        severity: Severity | None = None,
     ) -> Finding:
         """Build a finding of this rule anywhere (graph and runtime layers use this)."""
         return Finding(
@@ -130,7 +126,7 @@ class Rule:
             path=path,
             location=location,
             end_location=end_location or location,
-            severity=severity or cls.severity,
+            severity=cls.severity,
             help=help,
             fix=fix,
             origin=origin,
