@@ -306,6 +306,8 @@ def _child_at(model: ModelFacts, path: str, index: int) -> str | None:
     The facts list a module shared by two places once, under its first name: a
     container whose children are not named 0..n-1 in order is followed only by
     position when none of them is numeric (an `OrderedDict`-built Sequential)."""
+    if index >= 0 and model.module(_join(path, [str(index)])) is not None:
+        return _join(path, [str(index)])  # named 0..n-1, as nn.ModuleList and a plain nn.Sequential are
     container = model.module(path)
     if container is None or container.class_name == "ModuleDict":
         return None
@@ -339,8 +341,8 @@ def _resolve(model: ModelFacts, root: str, steps: list[Step]) -> list[str]:
                 following += _children(model, path)
             elif kind == "all":
                 following += [m.path for m in model.modules if _under(path, m.path)]
-        paths = [p for p in dict.fromkeys(following) if model.module(p) is not None]
-    return paths
+        paths = list(dict.fromkeys(following))
+    return [p for p in paths if model.module(p) is not None]
 
 
 def _pairs(roots: list[tuple[ModelFacts, str]], steps: list[Step]) -> list[Pair]:
