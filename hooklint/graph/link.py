@@ -5,8 +5,13 @@ Rules call :func:`modules_for` with the receiver of ``register_*_hook``
 ``net.apply``) and get every ``(model, module)`` pair of ``ctx.graph`` that
 expression can denote: also ``net.layer4`` when ``net = Net(10)`` builds a
 class imported from another file of the project (the model the analysis of
-this file built from that call).  An empty list means "not known": rules then fall back
-to their static behaviour.  No torch here: this runs in the static process.
+this file built from that call).  The receiver may pick its module as Python
+code does (``model.layer4[-1].bn2``, ``getattr(model, "fc")``,
+``model.get_submodule("a.b")``, ``dict(model.named_modules())["a.b"]``, a loop
+variable over a container or a literal slice of it): each is resolved in the
+analysed model as torch resolves it on the instance (docs/graph.md).  An empty
+list means "not known": rules then fall back to their static behaviour.  No
+torch here: this runs in the static process.
 """
 
 from __future__ import annotations
