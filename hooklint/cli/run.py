@@ -187,7 +187,8 @@ def _summary(report, what: str, failure: tuple[str, list[str]] | None) -> str:
         return f"hooklint run: {observed}." if n else f"hooklint run: no hook problems observed while running {what}."
     line, explained = failure
     if explained:
-        return f"hooklint run: {observed}; the script then failed with the error {', '.join(explained)} explains: {line}."
+        return (f"hooklint run: {observed}; the script then failed with the error {', '.join(explained)} "
+                f"explains: {line}.")
     if n:
         return (f"hooklint run: {observed} before the script failed: {line}; what would have run after that was "
                 f"not judged.")

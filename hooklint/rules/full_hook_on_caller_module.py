@@ -211,7 +211,7 @@ class FullHookOnCallerModule(Rule):
                                f"(`nn.ReLU(inplace=True)` after it, `out += identity`, as torchvision's ResNets "
                                f"and VGGs do), that very forward fails with \"RuntimeError: "
                                f"{FULL_HOOK_INPLACE_ERROR}\"")
-                related = [Related(f"the caller's model runs here, with the hook in place", ctx.display_path,
+                related = [Related("the caller's model runs here, with the hook in place", ctx.display_path,
                                    ctx.span(runner)[0])]
             else:
                 consequence = (": if the caller's model modifies that module's output in place "

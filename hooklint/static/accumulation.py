@@ -231,8 +231,7 @@ def gating_reads(model: SemanticModel, func: ast.AST, node: ast.AST) -> list[str
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in _NEUTRAL_CALLS:
                 continue
             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load):
-                if sub.id in own or sub.id in receiver_names or sub.id in _NEUTRAL_CALLS or sub.id in ("None",
-                                                                                                         "self"):
+                if sub.id in own or sub.id in receiver_names or sub.id in _NEUTRAL_CALLS or sub.id == "self":
                     continue
                 reads.append(sub.id)
             elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == "self":
@@ -261,8 +260,9 @@ def _is_accumulation_name(expr: ast.AST) -> bool:
 
 def _has_modulo(test: ast.AST) -> ast.BinOp | None:
     for sub in ast.walk(test):
-        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod) and not isinstance(sub.left, (ast.Constant,
-                                                                                                   ast.JoinedStr)):
+        # not `"%d" % i`: string formatting
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Mod) \
+                and not isinstance(sub.left, (ast.Constant, ast.JoinedStr)):
             if isinstance(sub.right, ast.Constant) and sub.right.value in (0, 1):
                 continue
             return sub
