@@ -14,7 +14,6 @@ from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel, Report
 from hooklint.static.checker import FileResult, check_file, source_error_result
 from hooklint.static.source import SourceError
-from hooklint.static.notebook import is_notebook
 
 
 class UsageError(Exception):
@@ -110,10 +109,9 @@ def run_check(options: CheckOptions) -> Report:
     for result in unreadable_folder_results(unreadable, options):
         report.findings.extend(result.findings)
     graph_facts: dict[str, Any] = {}
-    # notebooks are never imported: the graph layer sees Python files only
-    modules = [path for path in files if not is_notebook(path)]
-    if not options.static_only and options.graph_provider is not None and modules:
-        graph_facts, notices = options.graph_provider(modules, options.config)
+    # notebooks too: the graph layer imports the definitions of their code cells, never their top-level code
+    if not options.static_only and options.graph_provider is not None and files:
+        graph_facts, notices = options.graph_provider(files, options.config)
         report.notices.extend(notices)
     results = check_many(files, options, graph_facts)
     for result in results:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
@@ -52,11 +53,11 @@ def run(args: argparse.Namespace) -> int:
     if version is None:
         print(f"hooklint: error: `hooklint graph` needs torch ({INSTALL_HINT})", file=sys.stderr)
         return EXIT_ERROR
+    from hooklint.static.checker import read_checkable
     from hooklint.static.notebook import is_notebook
+    from hooklint.static.source import SourceError
 
-    # notebooks are never imported
-    files = [path for path in discover(CheckOptions(paths=args.paths or ["."], config=config, codes=frozenset()))
-             if not is_notebook(path)]
+    files = discover(CheckOptions(paths=args.paths or ["."], config=config, codes=frozenset()))
     run_info = GraphRun()
     facts, notices = provide_graph_facts(files, config, use_cache=not args.no_cache, run=run_info)
     for path in run_info.not_candidates:
@@ -64,10 +65,19 @@ def run(args: argparse.Namespace) -> int:
             notices.append(Notice(display_path(path), "nothing to analyse: it defines no nn.Module class and "
                                   "registers no module hook on a layer it builds", NoticeLevel.INFO))
     ordered = [facts[path] for path in files if path in facts]
+    # a notebook's lines count in its joined code cells: shown as cells and lines in them
+    notebooks, real_paths = {}, {}
+    for path in files:
+        if path in facts and is_notebook(path):
+            try:
+                notebooks[facts[path].path] = read_checkable(path)[1]
+                real_paths[facts[path].path] = os.path.realpath(path)
+            except SourceError:
+                pass
     if output_format == "json":
-        text = render_json(ordered, run_info.factories, notices, version)
+        text = render_json(ordered, run_info.factories, notices, version, notebooks, real_paths)
     else:
-        text = render_table(ordered, run_info.factories)
+        text = render_table(ordered, run_info.factories, notebooks)
     write_output(text, args.output_file)
     notes = render_notices(Report(notices=notices), color=use_color(sys.stderr))
     if notes and (output_format != "json" or args.output_file):

@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
     outcome.namespace = None
 
     report = session.report()
+    failure = script_failure(outcome, session.observations)
     with own.installed():
-        _emit(report, config.output_format, args, script or f"-m {module}")
+        _emit(report, config.output_format, args, script or f"-m {module}", failure)
     if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
         return EXIT_FINDINGS
     return outcome.exit_code
@@ -142,7 +143,9 @@ def _run_distributed(args: argparse.Namespace, config, codes, script: str | None
                             "ended without handing back observations (killed, or the launcher stopped them after "
                             "another rank failed)", NoticeLevel.ERROR))
     report = Report(findings=folded.findings, notices=[*notices, *folded.notices, *extra])
-    _emit(report, config.output_format, args, f"{what} on {args.nproc} process{'es' if args.nproc > 1 else ''}")
+    failure = (f"it exited with status {outcome.exit_code}", []) if outcome.exit_code != 0 else None
+    _emit(report, config.output_format, args, f"{what} on {args.nproc} process{'es' if args.nproc > 1 else ''}",
+          failure)
     if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
         return EXIT_FINDINGS
     return outcome.exit_code
@@ -201,7 +204,41 @@ def _closed(stream) -> bool:
     return stream is None or getattr(stream, "closed", False)
 
 
-def _emit(report, fmt: str, args: argparse.Namespace, what: str) -> None:
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def script_failure(outcome, observations) -> tuple[str, list[str]] | None:
+    """How the script failed, in one line, and the codes of the findings whose
+    error it is (a hook error PyTorch raised); None when it succeeded."""
+    exc = outcome.exception
+    if exc is not None:
+        explained = sorted({obs.code for obs in observations if obs.explains(exc)})
+        return _one_line(exc), explained
+    if outcome.exit_code != 0:
+        return f"it exited with status {outcome.exit_code}", []
+    return None
+
+
+def _summary(report, what: str, failure: tuple[str, list[str]] | None) -> str:
+    n = len(report.findings)
+    codes = sorted({f.code for f in report.findings})
+    observed = f"{n} finding{'s' if n != 1 else ''} observed while running {what} ({', '.join(codes)})"
+    if failure is None:
+        return f"hooklint run: {observed}." if n else f"hooklint run: no hook problems observed while running {what}."
+    line, explained = failure
+    if explained:
+        return (f"hooklint run: {observed}; the script then failed with the error {', '.join(explained)} "
+                f"explains: {line}.")
+    if n:
+        return (f"hooklint run: {observed} before the script failed: {line}; what would have run after that was "
+                f"not judged.")
+    return f"hooklint run: the script failed before the hooks could be judged: {line}."
+
+
+def _emit(report, fmt: str, args: argparse.Namespace, what: str,
+          failure: tuple[str, list[str]] | None = None) -> None:
     from hooklint.cli.check import source_loader
     from hooklint.report import render, rule_catalog
     from hooklint.report.text import render_notices, use_color
@@ -215,13 +252,7 @@ def _emit(report, fmt: str, args: argparse.Namespace, what: str) -> None:
     if notes:
         sys.stderr.write(notes)
     if not args.quiet:
-        n = len(report.findings)
-        if n:
-            codes = sorted({f.code for f in report.findings})
-            sys.stderr.write(f"hooklint run: {n} finding{'s' if n != 1 else ''} observed while running {what} "
-                             f"({', '.join(codes)}).\n")
-        else:
-            sys.stderr.write(f"hooklint run: no hook problems observed while running {what}.\n")
+        sys.stderr.write(_summary(report, what, failure) + "\n")
     sys.stderr.flush()
 
 

@@ -17,6 +17,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import linecache
 import os
 import sys
 import traceback
@@ -35,6 +36,7 @@ from hooklint.graph.plan import Plan, plan_for, project_context
 from hooklint.graph.roots import file_roots
 from hooklint.graph.sanitize import definitions_only
 from hooklint.graph.trace import is_user_file, one_line
+from hooklint.static.notebook import analysis_text, is_notebook
 from hooklint.static.source import read_source
 
 _SITE_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
@@ -238,7 +240,10 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     path = path.resolve()
     overrides = {str(path): text} if text is not None else {}
     if text is None:
-        text = read_source(str(path))
+        text = analysis_text(str(path))  # a notebook's code cells, at rows that map back to cells
+    if is_notebook(str(path)):
+        # tracebacks and the source lines of ops read the notebook's Python text, not its JSON
+        linecache.cache[str(path)] = (len(text), None, text.splitlines(keepends=True), str(path))
     tree = ast.parse(text, str(path))
     context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
     plan = plan_for(tree, context)
@@ -251,7 +256,9 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     with _import_state(list(roots.search), importer, (unique_name,)):
         sys.modules[unique_name] = module
         os.chdir(path.parent)
-        yield Session(path, module, importer, plan, unique_name, roots.module_name, context)
+        # a notebook is run as a script, never imported as a module of the package around it
+        module_name = None if is_notebook(str(path)) else roots.module_name
+        yield Session(path, module, importer, plan, unique_name, module_name, context)
 
 
 @contextmanager
@@ -566,7 +573,7 @@ def rebuild_model(namespace: dict[str, Any], plan: Plan, model: dict[str, Any], 
 @lru_cache(maxsize=256)
 def _class_lines(path: str) -> dict[str, int]:
     try:
-        tree = ast.parse(read_source(path), path)
+        tree = ast.parse(analysis_text(path), path)
     except Exception:  # noqa: BLE001 - a line number is a nicety
         return {}
     return {node.name: node.lineno for node in tree.body if isinstance(node, ast.ClassDef)}

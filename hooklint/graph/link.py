@@ -5,8 +5,13 @@ Rules call :func:`modules_for` with the receiver of ``register_*_hook``
 ``net.apply``) and get every ``(model, module)`` pair of ``ctx.graph`` that
 expression can denote: also ``net.layer4`` when ``net = Net(10)`` builds a
 class imported from another file of the project (the model the analysis of
-this file built from that call).  An empty list means "not known": rules then fall back
-to their static behaviour.  No torch here: this runs in the static process.
+this file built from that call).  The receiver may pick its module as Python
+code does (``model.layer4[-1].bn2``, ``getattr(model, "fc")``,
+``model.get_submodule("a.b")``, ``dict(model.named_modules())["a.b"]``, a loop
+variable over a container or a literal slice of it): each is resolved in the
+analysed model as torch resolves it on the instance (docs/graph.md).  An empty
+list means "not known": rules then fall back to their static behaviour.  No
+torch here: this runs in the static process.
 """
 
 from __future__ import annotations
@@ -28,20 +33,138 @@ def graph_facts(ctx: "FileContext") -> FileFacts | None:
     return ctx.graph if isinstance(ctx.graph, FileFacts) else None
 
 
-def _split(expr: ast.AST) -> tuple[ast.AST, list[str]] | None:
-    """``net.layer1[0].conv1`` -> (``net``, ["layer1", "0", "conv1"])."""
-    parts: list[str] = []
+# A step from a module to others: ("attr", "layer4") and ("key", "a") name a child,
+# ("index", -1) a child by position, ("path", "layer4.0.bn2") a descendant by its
+# dotted name, ("each", slice) the children a loop over a container (or a slice of
+# it) visits, ("all", None) the module and every module under it (`.modules()`),
+# ("children", None) its children (`.children()`).
+Step = tuple[str, object]
+
+_MAX_STEPS_DEPTH = 4
+_ALL_ITERATORS = frozenset({"modules", "named_modules"})
+_CHILD_ITERATORS = frozenset({"children", "named_children"})
+
+
+def _constant_index(node: ast.AST) -> int | str | slice | None:
+    """``1``, ``-1``, ``"a"``, ``1:``, ``:-1``; None for anything computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, str)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, int) and not isinstance(node.operand.value, bool):
+        return -node.operand.value
+    if isinstance(node, ast.Slice):
+        parts = []
+        for part in (node.lower, node.upper, node.step):
+            if part is None:
+                parts.append(None)
+                continue
+            value = _constant_index(part)
+            if not isinstance(value, int):
+                return None
+            parts.append(value)
+        return slice(*parts)
+    return None
+
+
+def _named_modules_dict(ctx: "FileContext", expr: ast.AST) -> tuple[ast.AST, str] | None:
+    """``dict(model.named_modules())`` (or a name bound once to it, or to
+    ``{n: m for n, m in model.named_modules()}``): (``model``, "modules"), so that
+    ``[...]`` on it is a dotted path under ``model``; the same for ``named_children``."""
+    if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+        bindings = ctx.model.bindings_at(expr)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return None
+        expr = bindings[0].value  # type: ignore[assignment]
+    iterated = None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "dict" \
+            and len(expr.args) == 1 and not expr.keywords:
+        iterated = expr.args[0]
+    elif isinstance(expr, ast.DictComp) and len(expr.generators) == 1 and not expr.generators[0].ifs:
+        gen = expr.generators[0]
+        if isinstance(gen.target, ast.Tuple) and len(gen.target.elts) == 2 \
+                and all(isinstance(e, ast.Name) for e in gen.target.elts) \
+                and isinstance(expr.key, ast.Name) and expr.key.id == gen.target.elts[0].id \
+                and isinstance(expr.value, ast.Name) and expr.value.id == gen.target.elts[1].id:
+            iterated = gen.iter
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Attribute) and not iterated.keywords \
+            and iterated.func.attr in ("named_modules", "named_children") and not iterated.args:
+        return iterated.func.value, "modules" if iterated.func.attr == "named_modules" else "children"
+    return None
+
+
+def _loop_source(ctx: "FileContext", name: ast.Name) -> tuple[ast.AST, Step] | None:
+    """``block`` in ``for block in model.layer4[1:]:`` -> (``model.layer4[1:]``,
+    ("each", None)); ``m`` in ``for name, m in model.named_modules():`` ->
+    (``model``, ("all", None)).  Only a loop variable bound by that loop alone."""
+    if not hasattr(name, "_hl_scope"):
+        return None
+    bindings = ctx.model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].kind != "for":
+        return None
+    iterable, path = bindings[0].value, bindings[0].path
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) and not iterable.args \
+            and not iterable.keywords:
+        method = iterable.func.attr
+        named = method.startswith("named_")
+        if (path == (1,)) == named and method in _ALL_ITERATORS | _CHILD_ITERATORS:
+            return iterable.func.value, ("all" if method in _ALL_ITERATORS else "children", None)
+        return None
+    if path or not isinstance(iterable, (ast.Attribute, ast.Subscript, ast.Name)):
+        return None
+    return iterable, ("each", None)
+
+
+def _steps(ctx: "FileContext", expr: ast.AST, depth: int = 0) -> tuple[ast.AST, list[Step]] | None:
+    """``net.layer1[0].conv1`` -> (``net``, [attr layer1, index 0, attr conv1]);
+    ``getattr(net, "fc")``, ``net.get_submodule("a.b")``, ``dict(net.named_modules())["a.b"]``
+    and loop variables over containers are followed too.  The base is a name
+    or a call (``Net()``)."""
+    steps: list[Step] = []
     cur = expr
     while True:
         if isinstance(cur, ast.Attribute):
-            parts.insert(0, cur.attr)
+            steps.insert(0, ("attr", cur.attr))
             cur = cur.value
-        elif isinstance(cur, ast.Subscript) and isinstance(cur.slice, ast.Constant) \
-                and isinstance(cur.slice.value, (int, str)) and not isinstance(cur.slice.value, bool):
-            parts.insert(0, str(cur.slice.value))
+        elif isinstance(cur, ast.Subscript):
+            index = _constant_index(cur.slice)
+            if index is None:
+                return None
+            named = _named_modules_dict(ctx, cur.value) if isinstance(index, str) else None
+            if named is not None:
+                steps.insert(0, ("path" if named[1] == "modules" else "key", index))
+                cur = named[0]
+                continue
+            if isinstance(index, slice):
+                return None  # a slice of a container is a new container, not a module of the model
+            steps.insert(0, ("key", index) if isinstance(index, str) else ("index", index))
             cur = cur.value
-        elif isinstance(cur, (ast.Name, ast.Call)):
-            return cur, parts
+        elif isinstance(cur, ast.Call):
+            func = cur.func
+            if isinstance(func, ast.Name) and func.id == "getattr" and len(cur.args) == 2 and not cur.keywords \
+                    and isinstance(cur.args[1], ast.Constant) and isinstance(cur.args[1].value, str):
+                steps.insert(0, ("attr", cur.args[1].value))
+                cur = cur.args[0]
+            elif isinstance(func, ast.Attribute) and func.attr == "get_submodule" and len(cur.args) == 1 \
+                    and not cur.keywords and isinstance(cur.args[0], ast.Constant) \
+                    and isinstance(cur.args[0].value, str):
+                steps.insert(0, ("path", cur.args[0].value))
+                cur = func.value
+            else:
+                return cur, steps
+        elif isinstance(cur, ast.Name):
+            looped = _loop_source(ctx, cur) if depth < _MAX_STEPS_DEPTH else None
+            if looped is None:
+                return cur, steps
+            iterable, step = looped
+            if step[0] == "each" and isinstance(iterable, ast.Subscript):
+                index = _constant_index(iterable.slice)
+                if isinstance(index, slice):  # `for block in model.layer4[1:]`: those children
+                    step, iterable = ("each", index), iterable.value
+            inner = _steps(ctx, iterable, depth + 1)
+            if inner is None:
+                return None
+            base, before = inner
+            return base, [*before, step, *steps]
         else:
             return None
 
@@ -139,18 +262,20 @@ def _arguments_for(ctx: "FileContext", name: ast.Name) -> list[ast.expr] | None:
     return out
 
 
-def modules_for(ctx: "FileContext", receiver: ast.AST | None, _depth: int = 0) -> list[Pair]:
+def modules_for(ctx: "FileContext", receiver: ast.AST | None, _depth: int = 0,
+                _after: tuple[Step, ...] = ()) -> list[Pair]:
     """Every (model, module) the receiver of a hook registration can be."""
     facts = graph_facts(ctx)
     if facts is None or receiver is None:
         return []
-    split = _split(receiver)
+    split = _steps(ctx, receiver)
     if split is None:
         return []
-    base, parts = split
+    base, steps = split
+    steps = [*steps, *_after]
     value = ctx.inference.infer(base)
     if not isinstance(value, ModuleValue) or (value.class_name is None and value.applied_from is None):
-        built = _pairs(_built_here(ctx, facts, base), parts)
+        built = _pairs(_built_here(ctx, facts, base), steps)
         if built or not isinstance(base, ast.Name) or _depth >= _PARAMETER_DEPTH:
             return built
         # a module passed in: what every call in this file passes, when each one is known
@@ -159,36 +284,79 @@ def modules_for(ctx: "FileContext", receiver: ast.AST | None, _depth: int = 0) -
             return []
         out: list[Pair] = []
         for argument in arguments:
-            pairs = modules_for(ctx, _extended(argument, parts), _depth + 1)
+            pairs = modules_for(ctx, argument, _depth + 1, tuple(steps))
             if not pairs:
                 return []
             out += [p for p in pairs if p not in out]
         return out
     if value.applied_from is not None:  # `net.apply(fn)`: fn's argument is every module of net
-        out: list[Pair] = []
+        out = []
         for model, root in modules_for(ctx, value.applied_from):
-            out.extend((model, m) for m in model.modules if _under(root.path, m.path))
+            roots = [(model, m.path) for m in model.modules if _under(root.path, m.path)]
+            out += [p for p in _pairs(roots, steps) if p not in out]
         return out
-    return _pairs(_roots(ctx, facts, base, value), parts)
+    return _pairs(_roots(ctx, facts, base, value), steps)
 
 
-def _extended(expr: ast.expr, parts: list[str]) -> ast.expr:
-    """``net.features`` + ["0", "conv"] -> ``net.features[0].conv`` (for the lookup only)."""
-    out = expr
-    for part in parts:
-        if part.isdigit():
-            out = ast.Subscript(value=out, slice=ast.Constant(int(part)), ctx=ast.Load())
-        else:
-            out = ast.Attribute(value=out, attr=part, ctx=ast.Load())
-    return out
+def _children(model: ModelFacts, path: str) -> list[str]:
+    """The paths of a module's children, in the order `named_modules()` lists them."""
+    prefix = f"{path}." if path else ""
+    return [m.path for m in model.modules if m.path.startswith(prefix) and m.path != path
+            and "." not in m.path[len(prefix):]]
 
 
-def _pairs(roots: list[tuple[ModelFacts, str]], parts: list[str]) -> list[Pair]:
+def _child_at(model: ModelFacts, path: str, index: int) -> str | None:
+    """``container[index]`` as torch picks it: by position among the children
+    (`nn.Sequential`, `nn.ModuleList`, negative indices counting from the end).
+    The facts list a module shared by two places once, under its first name: a
+    container whose children are not named 0..n-1 in order is followed only by
+    position when none of them is numeric (an `OrderedDict`-built Sequential)."""
+    if index >= 0 and model.module(_join(path, [str(index)])) is not None:
+        return _join(path, [str(index)])  # named 0..n-1, as nn.ModuleList and a plain nn.Sequential are
+    container = model.module(path)
+    if container is None or container.class_name == "ModuleDict":
+        return None
+    children = _children(model, path)
+    names = [child.rsplit(".", 1)[-1] for child in children]
+    if any(name.isdigit() for name in names) and names != [str(i) for i in range(len(names))]:
+        return None
+    if not -len(children) <= index < len(children):
+        return None
+    return children[index]
+
+
+def _resolve(model: ModelFacts, root: str, steps: list[Step]) -> list[str]:
+    """The module paths the steps lead to from ``root`` in ``model``."""
+    paths = [root]
+    for kind, value in steps:
+        following: list[str] = []
+        for path in paths:
+            if kind in ("attr", "key"):
+                following.append(_join(path, [str(value)]))
+            elif kind == "path":
+                following.append(_join(path, [str(value)]) if value else path)
+            elif kind == "index":
+                child = _child_at(model, path, value)  # type: ignore[arg-type]
+                if child is not None:
+                    following.append(child)
+            elif kind == "each":
+                children = _children(model, path)
+                following += children[value] if isinstance(value, slice) else children
+            elif kind == "children":
+                following += _children(model, path)
+            elif kind == "all":
+                following += [m.path for m in model.modules if _under(path, m.path)]
+        paths = list(dict.fromkeys(following))
+    return [p for p in paths if model.module(p) is not None]
+
+
+def _pairs(roots: list[tuple[ModelFacts, str]], steps: list[Step]) -> list[Pair]:
     pairs = []
     for model, prefix in roots:
-        module = model.module(_join(prefix, parts))
-        if module is not None:
-            pairs.append((model, module))
+        for path in _resolve(model, prefix, steps):
+            module = model.module(path)
+            if module is not None and (model, module) not in pairs:
+                pairs.append((model, module))
     return pairs
 
 

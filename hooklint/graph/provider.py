@@ -21,7 +21,8 @@ from hooklint.findings import Notice, NoticeLevel
 from hooklint.graph.cache import GraphCache, content_key, file_key
 from hooklint.graph.facts import FileFacts, ModelFacts
 from hooklint.graph.plan import wants_import
-from hooklint.static.source import SourceError, read_source
+from hooklint.static.notebook import analysis_text
+from hooklint.static.source import SourceError
 
 INSTALL_HINT = "pip install 'hooklint[torch]'"
 STARTUP_TIMEOUT = 120.0  # importing torch on a cold disk can be slow
@@ -338,7 +339,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
             candidates.append(path)
             continue
         try:
-            text = read_source(path)
+            text = analysis_text(path)
         except SourceError:
             continue  # the static pass reports unreadable files
         lookups = index.lookups
@@ -385,7 +386,28 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
-    return facts, notices
+    return facts, _notebook_rows(notices, facts)
+
+
+def _notebook_rows(notices: list[Notice], facts: dict[str, FileFacts]) -> list[Notice]:
+    """The rows a notebook's notices name ("computed at the top level (line 4)")
+    as cells and lines in them."""
+    from dataclasses import replace
+
+    from hooklint.static.checker import read_checkable
+    from hooklint.static.notebook import is_notebook
+
+    notebooks = {}
+    for path, found in facts.items():
+        if is_notebook(path):
+            try:
+                notebooks[found.path] = read_checkable(path)[1]
+            except SourceError:
+                continue
+    if not notebooks:
+        return notices
+    return [replace(n, message=notebooks[n.path].describe_rows(n.message)) if n.path in notebooks else n
+            for n in notices]
 
 
 def cached_facts_for_text(path: str, data: bytes, config: Config, version: str | None = None) -> FileFacts | None:

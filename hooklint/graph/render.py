@@ -64,16 +64,21 @@ def model_heading(model: ModelFacts) -> str:
     return f"{model.class_name}: {built}; {model.describe_method()}"
 
 
-def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
+def render_table(facts: list[FileFacts], factories: list[ModelFacts],
+                 notebooks: dict[str, Any] | None = None) -> str:
+    """``notebooks``: the :class:`~hooklint.static.notebook.Notebook` of each
+    notebook among ``facts`` (by its path as shown), whose "line N" become cells
+    and lines in them."""
     from tabulate import tabulate
 
     if not facts and not factories:
         return ""
     chunks: list[str] = []
 
-    def add_model(model: ModelFacts) -> None:
-        chunks.append("  " + model_heading(model))
-        table = tabulate(rows(model), headers=HEADERS, tablefmt="simple")
+    def add_model(model: ModelFacts, place=lambda text: text) -> None:
+        chunks.append("  " + place(model_heading(model)))
+        table = tabulate([[place(c) if isinstance(c, str) else c for c in row] for row in rows(model)],
+                         headers=HEADERS, tablefmt="simple")
         chunks.append("\n".join("    " + line for line in table.splitlines()))
         if any(m.calls and m.bound is not None and not m.bound_is_own for m in model.modules):
             chunks.append("    * not an op of the module itself: its forward returns its input as is, and the "
@@ -82,14 +87,16 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts]) -> str:
 
     for found in facts:
         head = found.path + ("  (from the cache)" if found.cached else "")
+        notebook = (notebooks or {}).get(found.path)
+        place = notebook.describe_rows if notebook is not None else (lambda text: text)
         chunks.append(head)
         if found.error:
             chunks.append(f"  not analysed: {found.error}")
         for model in found.models:
-            add_model(model)
+            add_model(model, place)
         for missing in found.unanalysed:
             where = f" (line {missing.line})" if missing.line else ""
-            chunks.append(f"  {missing.class_name}{where}: not analysed: {missing.reason}")
+            chunks.append(place(f"  {missing.class_name}{where}: not analysed: {missing.reason}"))
         if found.borrowed and not found.models:
             chunks.append("  its classes are analysed as parts of: " + "; ".join(
                 _borrowed_label(model) for model in found.borrowed))
@@ -117,8 +124,34 @@ def _borrowed_label(model: ModelFacts) -> str:
     return f"{model.class_name} built with {model.source} ({display_path(model.origin_file)}{line})"
 
 
+_LINE_FILES = {"line": "file", "call_line": "origin_file", "class_line": "class_file"}
+
+
+def _lines_to_cells(data: Any, notebook: Any, real: str) -> None:
+    """In a notebook's facts, each line of the notebook (an op's, a model's
+    constructor call, a class) as ``cell`` and the line in it (``call_cell``...)."""
+    if isinstance(data, list):
+        for item in data:
+            _lines_to_cells(item, notebook, real)
+        return
+    if not isinstance(data, dict):
+        return
+    for key, file_key in _LINE_FILES.items():
+        row = data.get(key)
+        if not isinstance(row, int) or isinstance(row, bool):
+            continue
+        where = data.get(file_key, real) if file_key in data else real
+        if where is not None and os.path.realpath(where) == real:
+            cell, in_cell, _column = notebook.to_cell(row, 1)
+            data[key] = in_cell
+            data[key.replace("line", "cell")] = cell
+    for value in list(data.values()):
+        _lines_to_cells(value, notebook, real)
+
+
 def render_json(facts: list[FileFacts], factories: list[ModelFacts], notices: list[Notice],
-                torch_version: str | None) -> str:
+                torch_version: str | None, notebooks: dict[str, Any] | None = None,
+                real_paths: dict[str, str] | None = None) -> str:
     def model_dict(model: ModelFacts) -> dict[str, Any]:
         data = model.to_dict()
         for module_data, module in zip(data["modules"], model.modules):
@@ -134,4 +167,8 @@ def render_json(facts: list[FileFacts], factories: list[ModelFacts], notices: li
         "factories": [model_dict(m) for m in factories],
         "notices": [n.to_dict() for n in notices],
     }
+    for entry in payload["files"]:
+        notebook = (notebooks or {}).get(entry["path"])
+        if notebook is not None:
+            _lines_to_cells(entry, notebook, (real_paths or {}).get(entry["path"], os.path.realpath(entry["path"])))
     return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"

@@ -18,6 +18,7 @@ _RULE_MODULES = (
     "hooklint.rules.grad_none_guard",
     "hooklint.rules.post_accumulate_hook_argument",
     "hooklint.rules.grad_edit_in_tensor_hook",
+    "hooklint.rules.optimizer_step_in_hook_under_accumulation",
     "hooklint.rules.tensor_hook_removed_before_backward",
     "hooklint.rules.module_hook_registered_after_forward",
     "hooklint.rules.forward_bypasses_hooks",

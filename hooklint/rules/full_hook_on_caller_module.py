@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Finding, Severity
+from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.bodies import name_uses
 from hooklint.static.context import FileContext
+from hooklint.static.handles import callers_code_run_after
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import outside_root
@@ -48,7 +49,14 @@ class FullHookOnCallerModule(Rule):
 
     ## Known problems
     The rule cannot know whether the caller's models modify the output in
-    place; it reports the risk, at `info` severity.  When a call in the same
+    place; it reports the risk, at `info` severity.  When the function that
+    registers the hook then runs the caller's model (or forward function)
+    itself (`def explain(model, layer, x): layer.register_full_backward_
+    hook(h); out = model(x)`), the message says so: that forward is the one
+    that fails, inside the library, on its first call with such a model.
+    That case stays `info` too: its one instance in the code hooklint is
+    measured on (`bench/trial_scripts/proj_explain_ctx`) is judged a false
+    positive, the caller's model having no in-place op.  When a call in the same
     file shows the module (`GradCAM(model, model.features[28])`), HKL403
     reports the real problem instead, at that call.  Not reported when the
     file switches in-place modules off itself (`module.inplace = False`), when
@@ -60,7 +68,8 @@ class FullHookOnCallerModule(Rule):
     Measured on 19 hook-heavy packages (5,360 files) and about 60 releases of
     packages with published hook bugs: 2 findings, both published bugs
     (grad-cam 1.3.1's `target_layer`, captum 0.5.0's
-    `_register_backward_hook`), both gone in the releases that fixed them.
+    `_register_backward_hook`), both gone in the releases that fixed them,
+    both `info` (in both, the model runs in another method or file).
 
     ## Example
     ```python
@@ -152,6 +161,13 @@ class FullHookOnCallerModule(Rule):
             "        self.grad = grad_output[0]\n"
         ),
         Invalid(
+            "def explain(model, layer, x):\n"
+            "    grads = []\n"
+            "    layer.register_full_backward_hook(lambda m, gi, go: grads.append(go[0]))  # HKL405\n"
+            "    model(x).sum().backward()\n"
+            "    return grads\n"
+        ),
+        Invalid(
             "def watch(model, log):\n"
             "    for name, m in model.named_modules():\n"
             "        m.register_full_backward_hook(log)  # HKL405\n"
@@ -185,14 +201,30 @@ class FullHookOnCallerModule(Rule):
             seen.add(id(reg.call))
             kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
             hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
+            runner = _runs_callers_model(ctx, reg)
+            if runner is not None:
+                function = ctx.model.enclosing_function(runner)
+                name = f"`{function.name}`" if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    else "the function"
+                consequence = (f"; {name} then runs the caller's model itself (`{src(runner)}`, line "
+                               f"{runner.lineno}): if that model modifies the module's output in place "
+                               f"(`nn.ReLU(inplace=True)` after it, `out += identity`, as torchvision's ResNets "
+                               f"and VGGs do), that very forward fails with \"RuntimeError: "
+                               f"{FULL_HOOK_INPLACE_ERROR}\"")
+                related = [Related("the caller's model runs here, with the hook in place", ctx.display_path,
+                                   ctx.span(runner)[0])]
+            else:
+                consequence = (": if the caller's model modifies that module's output in place "
+                               "(`nn.ReLU(inplace=True)` after it, `out += identity`), its forward fails with "
+                               f"\"RuntimeError: {FULL_HOOK_INPLACE_ERROR}\"")
+                related = []
             yield self.finding(
                 ctx, reg.name_node, name_only=True,
-                message=(f"{kind}{hook} on `{src(reg.receiver)}` ({origin}): if the caller's model modifies that "
-                         f"module's output in place (`nn.ReLU(inplace=True)` after it, `out += identity`), its "
-                         f"forward fails with \"RuntimeError: {FULL_HOOK_INPLACE_ERROR}\""),
+                message=f"{kind}{hook} on `{src(reg.receiver)}` ({origin}){consequence}",
                 help="If the hook needs the gradient of the module's output, register a forward hook that calls "
                      "`output.register_hook(fn)`: `fn` receives that gradient whatever the model does after the "
                      "module.",
+                related=related,
             )
 
 
@@ -220,6 +252,17 @@ def _runs_forward_itself(ctx: FileContext, reg: Registration) -> bool:
         return False
     return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == receiver.id
                for node in ast.walk(func))
+
+
+def _runs_callers_model(ctx: FileContext, reg: Registration) -> ast.Call | None:
+    """The call that runs the caller's model (or forward function) after the
+    registration, in the function that registers the hook or in one of the
+    functions that led there (``explain(model, layer, x)``: ``out = model(x)``)."""
+    for call in (reg.call, *reg.via):
+        found = callers_code_run_after(ctx.model, call)
+        if found is not None:
+            return found
+    return None
 
 
 def _needs_grad_input(reg: Registration) -> bool:

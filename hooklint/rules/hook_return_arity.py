@@ -1,4 +1,4 @@
-"""HKL402: a hook returning the wrong number or kind of values."""
+"""HKL402: a hook returning the wrong number or kind of values (or, at run time, of another shape)."""
 
 from __future__ import annotations
 
@@ -207,6 +207,11 @@ class HookReturnArity(Rule):
     - a full backward pre-hook returning a tuple whose length is not the number
       of the module's outputs, or a bare Tensor.
 
+    At run time (`hooklint run`, `hooklint.instrument()`, the assertion
+    helpers) also a hook whose replacement gradient has another shape, dtype or
+    device than the gradient it replaces (`return torch.cat([grad, grad])`,
+    `return grad.double()`, a `grad_input` entry reduced over the batch).
+
     ## Why is this bad?
     PyTorch checks the value only when backward runs, so the mistake surfaces
     as a crash in the middle of training, far from the hook:
@@ -215,7 +220,10 @@ class HookReturnArity(Rule):
     number of grad_output, ...`, `TypeError: expected tuple, but hook returned
     'Tensor'` (legacy), `TypeError: expected Variable, but hook returned
     'tuple'` (tensor hook).  A full hook returning a Tensor has it taken as a
-    sequence of its rows.
+    sequence of its rows.  A replacement of the wrong shape or dtype fails the
+    same way, naming a function the user may not recognise: `RuntimeError:
+    hook 'hook' has changed the size of value` (for a module hook, `hook` is
+    torch's own wrapper), or `... has changed the type of value`.
 
     ## Known problems
     Only literal tuples and lists, and expressions that are evidently tensors,
@@ -223,7 +231,9 @@ class HookReturnArity(Rule):
     hook applied to every layer, an unknown class) is checked only for
     returning a bare Tensor.  A local module whose `forward` has defaults is
     checked only for returning too many gradients; torch does not count
-    inputs passed by keyword, and hooklint assumes positional calls.
+    inputs passed by keyword, and hooklint assumes positional calls.  Shapes
+    and dtypes are checked at run time only, where the gradient the hook
+    received is known.
 
     ## Example
     ```python
@@ -259,7 +269,8 @@ class HookReturnArity(Rule):
     code = "HKL402"
     origins = (Origin.STATIC, Origin.RUNTIME)
     name = "hook-return-arity"
-    summary = "A hook returns a tuple of the wrong length, or the wrong type, for its kind of hook"
+    summary = ("A hook returns a tuple of the wrong length, the wrong type, or (at run time) a gradient of another "
+               "shape or dtype than the one it replaces")
     severity = Severity.ERROR
     triggers = ("register_hook", "backward_hook", "backward_pre_hook")
     VALID: ClassVar[tuple[str, ...]] = (

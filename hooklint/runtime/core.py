@@ -76,6 +76,8 @@ class _Local(threading.local):
         # id(module) -> the gradient edges of its inputs, noted before each forward of a module with a
         # legacy backward hook (a stack: a module may run inside itself)
         self.legacy_inputs: dict[int, list] = {}
+        # the backward hook running in this thread (any kind), for optimizer steps made from it (HKL205)
+        self.backward_hook: "HookRecord | None" = None
 
 
 # -- records -----------------------------------------------------------------
@@ -179,12 +181,39 @@ class SiteGroup:
 
 
 class ParamState:
-    """Per parameter: the last backward (graph task) in which a gradient reached it."""
+    """Per parameter: the last backward (graph task) in which a gradient reached it;
+    once an optimizer step made from a hook used its `.grad`, that gradient's
+    fingerprint (:class:`HookStep`) and the sum of each gradient arriving since."""
 
-    __slots__ = ("last_task",)
+    __slots__ = ("last_task", "hook_step", "arrived_sum")
 
     def __init__(self) -> None:
         self.last_task = -2
+        self.hook_step: HookStep | None = None
+        self.arrived_sum: float | None = None
+
+
+class HookStep:
+    """What an optimizer step made from a hook used as a parameter's gradient: the
+    `.grad` tensor (by identity), its version counter and the sum of its values."""
+
+    __slots__ = ("grad_id", "version", "total", "task")
+
+    def __init__(self, grad: torch.Tensor, task: int) -> None:
+        self.grad_id = id(grad)
+        self.version = grad._version
+        self.total = float(grad.detach().double().sum())
+        self.task = task
+
+    def applied_again(self, grad: torch.Tensor, arrived: float | None, task: int) -> bool:
+        """``grad`` is that same gradient with exactly one backward's gradient added
+        in place (one more version, its sum that of the old one plus the arrival):
+        nothing reset it, so a step now applies the old part a second time."""
+        if task == self.task or arrived is None or id(grad) != self.grad_id or grad._version != self.version + 1:
+            return False
+        now = float(grad.detach().double().sum())
+        scale = abs(self.total) + abs(arrived) + abs(now)
+        return abs(self.total) > 1e-6 * scale and abs(now - arrived - self.total) <= 1e-5 * scale
 
 
 class GradAccess:
@@ -397,6 +426,8 @@ class Runtime:
         self._patch(nn.Parameter, "grad", patches.grad_property())
         self._patch(warnings, "warn", patches.warn(warnings.warn))
         self.original_register_hook = self.original("register_hook", torch.Tensor)
+        optim = importlib.import_module("torch.optim.optimizer")
+        self.helper_handles.append(optim.register_optimizer_step_pre_hook(self._optimizer_step))
         for name in _EXTENSIONS:
             extension = importlib.import_module(name).extension()
             if extension is not None:
@@ -578,27 +609,28 @@ class Runtime:
         the hook's definition, since the registration was not seen."""
         roots = describe.Roots.capture(caller)
         found = []
-        dicts: list[tuple[Any, dict, HookKind, bool]] = []
+        # (target, its hooks, kind, global, the parameter's name in `module` when the caller's names lack it)
+        dicts: list[tuple[Any, dict, HookKind, bool, str | None]] = []
         for name, kind in (("_global_forward_pre_hooks", HookKind.FORWARD_PRE),
                            ("_global_forward_hooks", HookKind.FORWARD),
                            ("_global_backward_pre_hooks", HookKind.FULL_BACKWARD_PRE)):
-            dicts.append((None, getattr(module_mod, name), kind, True))
+            dicts.append((None, getattr(module_mod, name), kind, True, None))
         legacy = module_mod._global_is_full_backward_hook is False
         dicts.append((None, module_mod._global_backward_hooks,
-                      HookKind.BACKWARD_LEGACY if legacy else HookKind.FULL_BACKWARD, True))
-        for sub in module.modules() if module is not None else ():
-            dicts.append((sub, sub._forward_pre_hooks, HookKind.FORWARD_PRE, False))
-            dicts.append((sub, sub._forward_hooks, HookKind.FORWARD, False))
-            dicts.append((sub, sub._backward_pre_hooks, HookKind.FULL_BACKWARD_PRE, False))
+                      HookKind.BACKWARD_LEGACY if legacy else HookKind.FULL_BACKWARD, True, None))
+        for path, sub in module.named_modules() if module is not None else ():
+            dicts.append((sub, sub._forward_pre_hooks, HookKind.FORWARD_PRE, False, None))
+            dicts.append((sub, sub._forward_hooks, HookKind.FORWARD, False, None))
+            dicts.append((sub, sub._backward_pre_hooks, HookKind.FULL_BACKWARD_PRE, False, None))
             dicts.append((sub, sub._backward_hooks, HookKind.BACKWARD_LEGACY if sub._is_full_backward_hook is False
-                          else HookKind.FULL_BACKWARD, False))
-            for param in sub.parameters(recurse=False):
+                          else HookKind.FULL_BACKWARD, False, None))
+            for param_name, param in sub.named_parameters(recurse=False):
                 for attr, kind in (("_backward_hooks", HookKind.TENSOR),
                                    ("_post_accumulate_grad_hooks", HookKind.POST_ACCUMULATE)):
                     hooks_dict = getattr(param, attr)
                     if hooks_dict:
-                        dicts.append((param, hooks_dict, kind, False))
-        for target, hooks_dict, kind, is_global in dicts:
+                        dicts.append((param, hooks_dict, kind, False, f"{path}.{param_name}" if path else param_name))
+        for target, hooks_dict, kind, is_global, target_name in dicts:
             for handle_id, hook in list(hooks_dict.items()):
                 known = getattr(hook, _WRAPPER_ATTR, None)
                 if known is not None:
@@ -613,7 +645,8 @@ class Runtime:
                 code = describe.hook_code(hook)
                 site = frames.code_site(code) if code is not None else (
                     frames.site_of(caller) if caller is not None else Site("<unknown>", 1))
-                rec = HookRecord(kind, is_global, hook, site, roots, target, [session], adopted=True)
+                rec = HookRecord(kind, is_global, hook, site, roots, target, [session], adopted=True,
+                                 target_name=target_name)
                 session._records.append(rec)
                 hooks_dict[handle_id] = _wrap(self, rec, hook)
                 self._bind(rec, handle_id, weakref.ref(hooks_dict))
@@ -676,6 +709,31 @@ class Runtime:
             self.emit(watch.rec.sessions,
                       observe.removed_before_backward(watch.rec, watch.removal_site, info.site, consumer[1]))
 
+    # -- optimizer steps made from hooks (HKL205) ----------------------------------
+    def _optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Before each optimizer step: one made from a backward hook whose gradients
+        still hold what an earlier step from a hook already applied is reported."""
+        rec = self.tls.backward_hook
+        if rec is None or not rec.live:
+            return
+        try:
+            task = current_task_id()
+            again = []
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    grad = grad_of(param)
+                    if not isinstance(grad, torch.Tensor):
+                        continue
+                    state = self.param_state(param)
+                    if state.hook_step is not None and state.hook_step.applied_again(grad, state.arrived_sum, task):
+                        again.append(param)
+                    state.hook_step = HookStep(grad, task)
+                    state.arrived_sum = None
+            if again:
+                self.emit(rec.sessions, observe.optimizer_step_applies_again(rec, optimizer, again))
+        except Exception as exc:  # noqa: BLE001 - the user's step must go on
+            self.internal_error(rec.sessions, exc)
+
     # -- parameters -------------------------------------------------------------
     def param_state(self, param: torch.Tensor) -> ParamState:
         """The parameter's state, with a helper hook that notes in which backward a
@@ -688,6 +746,8 @@ class Runtime:
             @torch_hooks.unserializable_hook
             def gradient_arrival(grad, state=state):
                 state.last_task = current_task_id()
+                if state.hook_step is not None and isinstance(grad, torch.Tensor):
+                    state.arrived_sum = float(grad.detach().double().sum())
 
             setattr(gradient_arrival, _HELPER_ATTR, True)
             self.helper_handles.append(self.original_register_hook(param, gradient_arrival))
@@ -730,7 +790,8 @@ class Runtime:
             if binding is not None and binding.wrong:
                 self.emit(rec.sessions, observe.legacy_grad_input(rec, module, node, grads[0], binding))
         if failure is None and result is not None:
-            obs = observe.return_arity(rec, module, grads, result)
+            obs = observe.return_arity(rec, module, grads, result) or \
+                observe.module_hook_mismatch(rec, module, grads, result)
             if obs is not None:
                 self.emit(rec.sessions, obs)
         if not call.accesses or task_id < 0:
@@ -1426,16 +1487,23 @@ def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
         rec.fired += 1
         rec.last_task = current_task_id()
         version = grad._version if isinstance(grad, torch.Tensor) else None
+        outer, rt.tls.backward_hook = rt.tls.backward_hook, rec
         try:
             result = hook(grad)
         except Exception as exc:
             _observe_failure(rt, rec, exc)
             raise
+        finally:
+            rt.tls.backward_hook = outer
         try:
             if version is not None and grad._version != version:
                 rt.emit(rec.sessions, observe.mutated_argument(rec, [("grad", version, grad._version)]))
             if result is not None and not isinstance(result, torch.Tensor):
                 rt.emit(rec.sessions, observe.tensor_hook_return(rec, result))
+            elif result is not None:
+                mismatch = observe.tensor_hook_mismatch(rec, grad, result)
+                if mismatch is not None:
+                    rt.emit(rec.sessions, mismatch)
         except Exception as exc:  # noqa: BLE001
             rt.internal_error(rec.sessions, exc)
         return result
@@ -1456,10 +1524,12 @@ def _post_accumulate_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Ca
         before = param.detach().clone() if rec.snapshot_data else None
         call = HookCall(rec, snapshot=False)  # only whether `.grad` is read matters here
         previous, tls.call = tls.call, call
+        outer, tls.backward_hook = tls.backward_hook, rec
         try:
             result = hook(param)
         finally:
             tls.call = previous
+            tls.backward_hook = outer
         try:
             rt.after_post_accumulate(rec, param, version, call, result, before)
         except Exception as exc:  # noqa: BLE001
@@ -1483,16 +1553,19 @@ def _module_backward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Ca
         node = torch._C._current_autograd_node() if legacy else None
         call = HookCall(rec, snapshot=True)
         previous, tls.call = tls.call, call
+        outer, tls.backward_hook = tls.backward_hook, rec
         try:
             result = hook(module, *grads)
         except Exception as exc:
             tls.call = previous
+            tls.backward_hook = outer
             try:
                 rt.after_module_hook(rec, call, module, grads, versions, task_id, node, None, exc)
             except Exception as inner:  # noqa: BLE001
                 rt.internal_error(rec.sessions, inner)
             raise
         tls.call = previous
+        tls.backward_hook = outer
         try:
             rt.after_module_hook(rec, call, module, grads, versions, task_id, node, result, None)
         except Exception as exc:  # noqa: BLE001

@@ -42,6 +42,22 @@ class Observation:
     subject_noun: str = "target"
     # Further subjects with the same problem from the same site, with how often each was seen.
     others: dict[str, int] = field(default_factory=dict)
+    # The text of the error PyTorch raises because of this problem (a part of it): a
+    # script that fails with it failed because of this finding (``hooklint run``).
+    raises: str = ""
+
+    def explains(self, exc: BaseException) -> bool:
+        """``exc`` (or an exception in its chain) is the error this problem makes PyTorch raise."""
+        if not self.raises:
+            return False
+        seen: set[int] = set()
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            seen.add(id(current))
+            if self.raises in str(current):
+                return True
+            current = current.__cause__ or current.__context__
+        return False
 
     def merge(self, other: "Observation") -> None:
         """Fold ``other`` (same key) into this observation: the same subject seen

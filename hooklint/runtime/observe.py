@@ -274,10 +274,12 @@ def return_arity(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any
     if not isinstance(expected_group, tuple):
         return None
     n = len(expected_group)
+    raises = ""
     if isinstance(result, torch.Tensor):
         observed = "a Tensor"
     elif isinstance(result, (tuple, list)) and len(result) != n:
         observed = f"{_plural(len(result), 'value')}"
+        raises = "incorrect number of values" if legacy else "invalid number of grad_"
     elif legacy and isinstance(result, list):
         observed = "a list"  # the node's hook machinery takes a tuple only
     elif not isinstance(result, (tuple, list)):
@@ -300,6 +302,7 @@ def return_arity(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any
         observed=observed,
         subject=module_text,
         subject_noun="module",
+        raises=raises,
     )
 
 
@@ -317,6 +320,106 @@ def tensor_hook_return(rec: "HookRecord", result: Any) -> Observation:
         observed=f"a {type(result).__name__}",
         subject=target,
         subject_noun=rec.subject_noun,
+        raises="but hook returned",
+    )
+
+
+def _tensor_text(t: torch.Tensor) -> str:
+    """``float32 (3, 4)``, with the device when it is not the CPU."""
+    device = "" if t.device.type == "cpu" else f" on {t.device}"
+    return f"{str(t.dtype).replace('torch.', '')} {describe.shape_text(t)}{device}"
+
+
+def gradient_mismatch(original: Any, replacement: Any) -> tuple[str, str] | None:
+    """Why PyTorch refuses ``replacement`` in place of the gradient ``original``
+    (``check_variable_result``: the same dtype, device and layout, the same
+    size), as (what differs, the words of PyTorch's error); None when it takes it."""
+    if not isinstance(original, torch.Tensor) or not isinstance(replacement, torch.Tensor):
+        return None
+    if original.dtype != replacement.dtype or original.layout != replacement.layout \
+            or original.device.type != replacement.device.type:
+        return "type", "has changed the type of value"
+    if original.shape != replacement.shape:
+        return "shape", "has changed the size of value"
+    return None
+
+
+def _mismatch_observation(rec: "HookRecord", target: str, what: str, original: torch.Tensor,
+                          replacement: torch.Tensor, differs: str, torch_words: str) -> Observation:
+    noun = "shape" if differs == "shape" else "dtype and device"
+    # torch names the callable it ran: the user's tensor hook, but its own wrapper of a module hook
+    named = f"hook '{rec.name.rsplit('.', 1)[-1]}'" if rec.kind is HookKind.TENSOR else "hook 'hook'"
+    if rec.kind is HookKind.TENSOR:
+        fix = "Return a gradient like the one the hook received (`return grad * mask`, with `mask` broadcasting " \
+              "to `grad`), or None to keep it"
+    else:
+        fix = "Return a tuple whose entries are like the gradients the hook received (same shape, dtype and " \
+              "device, None where unchanged), or None to keep them"
+    return Observation(
+        code="HKL402",
+        key=("HKL402", rec.site, rec.name, "mismatch"),
+        site=rec.site,
+        message=f"{rec.what()} on {target} returned {what} of {_tensor_text(replacement)} in place of one of "
+        f"{_tensor_text(original)}: a replacement gradient must have the {noun} of the one it replaces; "
+        f"PyTorch raises `RuntimeError: {named} {torch_words}` when the backward reaches the hook",
+        help=f"{fix}; reduce or reshape a copy for your own use instead of returning it.",
+        expected=f"None or {_tensor_text(original)}",
+        observed=_tensor_text(replacement),
+        subject=target,
+        subject_noun=rec.subject_noun,
+        raises=torch_words,
+    )
+
+
+def tensor_hook_mismatch(rec: "HookRecord", grad: Any, result: Any) -> Observation | None:
+    """HKL402 for a tensor hook that returns a gradient of another shape, dtype or
+    device than the one it received."""
+    found = gradient_mismatch(grad, result)
+    if found is None:
+        return None
+    return _mismatch_observation(rec, rec.target_text(), "a gradient", grad, result, *found)
+
+
+def module_hook_mismatch(rec: "HookRecord", module: nn.Module, grads: tuple, result: Any) -> Observation | None:
+    """HKL402 for a module backward hook whose replacement ``grad_input`` (or, for a
+    pre-hook, ``grad_output``) has the right length but an entry of another
+    shape, dtype or device."""
+    originals = grads[0]
+    if not isinstance(originals, tuple) or not isinstance(result, (tuple, list)) or len(result) != len(originals):
+        return None
+    what = "grad_input" if rec.kind in (HookKind.FULL_BACKWARD, HookKind.BACKWARD_LEGACY) else "grad_output"
+    for i, (original, replacement) in enumerate(zip(originals, result)):
+        found = gradient_mismatch(original, replacement)
+        if found is not None:
+            return _mismatch_observation(rec, describe.describe_module(module, rec.roots), f"`{what}[{i}]`",
+                                         original, replacement, *found)
+    return None
+
+
+# -- HKL205 --------------------------------------------------------------------
+
+
+def optimizer_step_applies_again(rec: "HookRecord", optimizer: Any, params: list) -> Observation:
+    """An optimizer step made from a backward hook while the parameters' `.grad`
+    still holds a gradient an earlier step from a hook already applied."""
+    names = [rec.roots.parameter_name(p) or f"a parameter of shape {describe.shape_text(p)}" for p in params]
+    subject = f"`{names[0]}`" + (f" and {_plural(len(names) - 1, 'other')}" if len(names) > 1 else "")
+    step = f"`{type(optimizer).__name__}.step()`"
+    return Observation(
+        code="HKL205",
+        key=("HKL205", rec.site, rec.name),
+        site=rec.site,
+        message=f"{rec.what()} calls {step} for {subject} while its `.grad` still holds the gradient an earlier "
+        f"step from this hook already applied (nothing reset it since: one more backward was added to it), so "
+        f"this update applies that gradient again; a hook steps on every backward, also on each micro-batch "
+        f"of an accumulated step",
+        help="Step in the hook only after the last micro-batch's backward (test a flag the loop sets), or reset "
+        "the gradient right after the step in the hook (`optimizer.zero_grad()`) and do not accumulate, or "
+        "step outside the hook.",
+        expected="each backward's gradient used by one optimizer step",
+        observed="a gradient used by two steps",
+        subject=subject,
+        subject_noun="parameter",
     )
 
 
@@ -656,6 +759,7 @@ def function_gradient_count(exc: BaseException, roots: list) -> Observation | No
         f"gradient (numbers, flags, tensors that do not require grad).",
         expected=f"{expected} values returned by `{fn_name}.backward`",
         observed=f"{got} values",
+        raises="returned an incorrect number of gradients",
     )
 
 

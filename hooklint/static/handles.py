@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from hooklint.static.flow import block_of, contains, executed_nodes, function_of, root_name
-from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
+from hooklint.static.semantic import ClassInfo, FunctionNode, SemanticModel, positional_params
 from hooklint.static.callgraph import is_self_param
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -566,6 +566,28 @@ def _blocks(func: ast.AST) -> Iterator[list[ast.stmt]]:
             for case in node.cases:
                 yield case.body
                 stack.extend(case.body)
+
+
+def callers_code_run_after(model: SemanticModel, call: ast.Call) -> ast.Call | None:
+    """The first call after ``call``, in the function that makes it, that runs
+    its caller's code: the model or forward function it was given (``out =
+    model(x)``), in the same block or one nested in it, not in another branch."""
+    func = model.enclosing_function(call)
+    if func is None or isinstance(func, ast.Lambda):
+        return None
+    arguments = _all_params(func)
+    params = {a.arg for a in arguments}
+    self_name = arguments[0].arg if arguments and is_self_param(model, arguments[0]) else None
+    cls = model.enclosing_class(func)
+    later = sorted((n for n in executed_nodes(func) if isinstance(n, ast.Call) and n is not call
+                    and _precedes_in_block(call, n, func)), key=lambda n: (n.lineno, n.col_offset))
+    for candidate in later:
+        name = candidate.func.attr if isinstance(candidate.func, ast.Attribute) else ""
+        if name.startswith("register") or name == "apply":
+            continue
+        if _runs_callers_code(candidate, params, self_name, cls):
+            return candidate
+    return None
 
 
 def _all_params(func: ast.AST) -> list[ast.arg]:

@@ -25,6 +25,7 @@ Nothing here imports torch or runs the notebook.
 
 from __future__ import annotations
 
+import ast
 import bisect
 import json
 import re
@@ -310,6 +311,41 @@ def read_notebook(raw: str) -> Notebook:
     notebook = _build(raw, code, values)
     notebook.skip_reason = skip
     return notebook
+
+
+def importable_text(notebook: Notebook) -> str:
+    """The notebook's Python text with each code cell that does not parse on its
+    own blanked (its rows kept): the definitions of the other cells, at their
+    rows, for the graph layer to import (the static pass reports the broken cell)."""
+    lines = notebook.text.split("\n")
+    for cell in notebook.cells:
+        body = "\n".join(cell.lines) + "\n"
+        try:
+            ast.parse(body)
+        except (SyntaxError, ValueError):
+            first = cell.first_row - 1
+            for i in range(first, first + len(cell.lines)):
+                lines[i] = ""
+    return "\n".join(lines)
+
+
+def analysis_text(path: str) -> str:
+    """The Python text hooklint analyses for ``path``: for a notebook, its code
+    cells joined (IPython syntax masked, broken cells blanked), whose rows map
+    back to cells (:meth:`Notebook.to_cell`); otherwise the file's text.  Raises
+    SourceError."""
+    from hooklint.static.source import read_regular_file, read_source
+
+    if not is_notebook(path):
+        return read_source(path)
+    try:
+        raw = read_regular_file(path)[0].decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SourceError("decode", "not a valid notebook: not utf-8 text") from None
+    notebook = read_notebook(raw)
+    if notebook.skip_reason:
+        raise SourceError("decode", notebook.skip_reason)
+    return importable_text(notebook)
 
 
 def _not_python(metadata) -> str | None:

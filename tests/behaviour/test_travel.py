@@ -251,6 +251,31 @@ def test_the_forward_hook_pattern_gives_the_output_gradient_before_the_in_place_
     assert torch.allclose(saliency.gradient, reference[0])
 
 
+def test_a_function_that_runs_the_callers_model_fails_in_that_very_forward():
+    """HKL405's message for `explain(model, layer, x)`, which registers the full hook
+    and runs the model itself: a model with an in-place op after the layer fails
+    inside `explain`, on its first call; the same model without it works."""
+    fixture = FIXTURES / "rules" / "hkl405_full_hook_on_caller_module.py"
+    explain = runpy.run_path(str(fixture))["explain"]
+    torch.manual_seed(0)
+    in_place = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(inplace=True), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    x = torch.rand(2, 3, 8, 8)
+    with pytest.raises(RuntimeError, match=ERROR) as info:
+        explain(in_place, in_place[0], x)
+    frames = [f.name for f in info.traceback]
+    assert "explain" in frames  # raised by the forward `explain` runs, not by the caller's code
+    assert not in_place[0]._backward_hooks  # its `finally` removed the hook
+    out_of_place = copy.deepcopy(in_place)
+    out_of_place[1] = nn.ReLU()
+    gradient = explain(out_of_place, out_of_place[0], x)
+    assert gradient.shape == (2, 4, 6, 6)
+    source = fixture.read_text(encoding="utf-8")
+    line = next(n for n, text in enumerate(source.splitlines(), start=1) if "handle = layer.register_full_backward_hook" in text)
+    (finding,) = [f for f in lint(source, "HKL405") if f.location.row == line]
+    assert "`explain` then runs the caller's model itself (`model(x)`" in finding.message
+    assert "that very forward fails" in finding.message
+
+
 def test_gradcam_fixture_full_hook_is_reported_at_the_call():
     source = (FIXTURES / "library" / "gradcam.py").read_text(encoding="utf-8")
     line = source.splitlines().index("broken = FullHookCAM(model, model.stem)  # HKL403") + 1
