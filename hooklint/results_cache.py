@@ -166,6 +166,37 @@ class StaticCache:
             return found, None
         return None, sha
 
+    def lent(self, path: str) -> tuple[bool, dict[str, Any] | None, bool]:
+        """For a file of the project that the run does not check: (whether the
+        entry still describes the file on disk, its call-graph summary, whether
+        it was parsed).  Entries written by :meth:`store_context` hold no
+        checked result and never answer :meth:`lookup`."""
+        entry = self.entries.get(path)
+        if not _well_formed(entry):
+            return False, None, False
+        sig, _sha, read_at, result, extra = entry
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False, None, False
+        if signature(st) != sig or st.st_mtime_ns >= read_at - RACY_NS:
+            return False, None, False
+        summary = extra.get("s")
+        parsed = isinstance(result, list) and len(result) == 2 and result[1] is True or \
+            isinstance(result, dict) and result.get("parsed") is True
+        return True, summary if isinstance(summary, dict) else None, parsed
+
+    def store_context(self, path: str, record: Record, summary: dict[str, Any] | None, scanned: bool) -> None:
+        """What the project pass learned about a file it searched but did not
+        check (its summary, or that it names none of ``scan_names``): an entry
+        without a result, so that a run that checks the file checks it."""
+        extra: dict[str, Any] = {}
+        if summary is not None:
+            extra["s"] = summary
+        if scanned:
+            extra["n"] = 1
+        self._updates[path] = [record.signature, record.sha256, record.read_at, [], extra]
+
     def reuse(self, path: str, record: Record) -> FileResult | None:
         """The stored result for bytes that hash as before, under a new signature."""
         entry = self.entries.get(path)

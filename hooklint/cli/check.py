@@ -13,7 +13,7 @@ from hooklint.cli.options import (
     config_from_args,
     write_output,
 )
-from hooklint.engine import CheckOptions, UsageError, run_check
+from hooklint.engine import CheckOptions, UsageError, find_project_root, run_check
 from hooklint.findings import NoticeLevel, Report
 
 
@@ -99,6 +99,7 @@ def build_options(args: argparse.Namespace) -> CheckOptions:
         prefilter=args.prefilter,
         jobs=getattr(args, "jobs", None) or 1,
     )
+    options.project_root = find_project_root(cfg, options.paths)
     for module in plugins():
         configure = getattr(module, "configure_check", None)
         if configure is not None:
