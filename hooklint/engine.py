@@ -34,6 +34,8 @@ class CheckOptions:
     # searches its other files for callers (never checked, never reported), so
     # a file's findings do not depend on which other files the run names.
     project_root: Path | None = None
+    # --ignore-noqa: `# noqa` comments silence nothing
+    ignore_noqa: bool = False
     # Called with the files to check; returns per-file graph facts and notices.
     # Set by the CLI when the graph layer is available (hooklint.graph).
     graph_provider: Callable[[list[str], Config], tuple[dict[str, Any], list[Notice]]] | None = None
@@ -108,7 +110,7 @@ def check_one(path: str, options: CheckOptions, graph: Any = None, *,
               project_answers: dict[str, Any] | None = None, summarize: bool = False) -> FileResult:
     return check_file(path, options.codes, display_path=display_path(path), ignored=ignored_codes(path, options),
                       graph=graph, prefilter=options.prefilter, target=options.config.target(),
-                      project_answers=project_answers, summarize=summarize)
+                      project_answers=project_answers, summarize=summarize, noqa=not options.ignore_noqa)
 
 
 def internal_error_result(path: str, exc: Exception) -> FileResult:

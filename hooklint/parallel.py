@@ -72,7 +72,8 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
     options.jobs = args.jobs or default_jobs()
     # `--diff` promises to change nothing on disk, the cache folder included
     if options.config.cache and not getattr(args, "no_cache", False) and not getattr(args, "diff", False):
-        options.extra["static_cache"] = cache_for(options.config, options.prefilter, options.codes)
+        options.extra["static_cache"] = cache_for(options.config, options.prefilter, options.codes,
+                                                  ignore_noqa=options.ignore_noqa)
 
 
 # ---------------------------------------------------------------- one file
@@ -108,7 +109,7 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
         result = check_text(path, text, options.codes, display_path=display_path(path),
                             ignored=ignored_codes(path, options), prefilter=options.prefilter,
                             target=options.config.target(), notebook=notebook, project_answers=answers,
-                            summarize=summarize)
+                            summarize=summarize, noqa=not options.ignore_noqa)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise

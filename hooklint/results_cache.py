@@ -91,7 +91,7 @@ def read_for_cache(path: str) -> tuple[bytes, Record]:
 
 class StaticCache:
     def __init__(self, folder: Path, codes: frozenset[str], *, per_file_ignores: dict[str, list[str]],
-                 root: Path, prefilter: bool, target_version: str | None = None):
+                 root: Path, prefilter: bool, target_version: str | None = None, ignore_noqa: bool = False):
         self.folder = folder
         key_data = {
             "format": INDEX_FORMAT, "hooklint": __version__, "code": code_fingerprint(),
@@ -101,6 +101,8 @@ class StaticCache:
         }
         if target_version is not None:  # which syntax is valid changes results (HKL001)
             key_data["target-version"] = target_version
+        if ignore_noqa:  # --ignore-noqa: the findings `# noqa` would silence are kept
+            key_data["ignore-noqa"] = True
         self.key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:32]
         self.index_path = folder / "static" / f"{self.key}.json"
         self._entries: dict[str, list[Any]] | None = None
@@ -291,9 +293,10 @@ def _result(stored: dict | list, extra: dict[str, Any]) -> FileResult | None:
     return found
 
 
-def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
+def cache_for(config, prefilter: bool, codes: frozenset[str], ignore_noqa: bool = False) -> StaticCache:
     folder = Path(config.cache_dir)
     if not folder.is_absolute():
         folder = config.root / folder
     return StaticCache(folder, codes, per_file_ignores=config.per_file_ignores, root=config.root,
-                       prefilter=prefilter, target_version=getattr(config, "target_version", None))
+                       prefilter=prefilter, target_version=getattr(config, "target_version", None),
+                       ignore_noqa=ignore_noqa)

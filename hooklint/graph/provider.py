@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hooklint.config import Config
 from hooklint.findings import Notice, NoticeLevel
@@ -305,8 +305,14 @@ def _failure(reply: Reply, timeout: float) -> tuple[str, str]:
 
 
 def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = True, timeout: float | None = None,
-                        run: GraphRun | None = None) -> tuple[dict[str, FileFacts], list[Notice]]:
-    """Graph facts for the files that can benefit, and what the user should know."""
+                        run: GraphRun | None = None, announce: Callable[[list[str]], None] | None = None,
+                        progress: Callable[[int, int, str], None] | None = None,
+                        ) -> tuple[dict[str, FileFacts], list[Notice]]:
+    """Graph facts for the files that can benefit, and what the user should know.
+
+    ``announce(files)`` is called once, before the first of the user's files
+    is imported (never when everything comes from the cache);
+    ``progress(done, total, path)`` before each file is imported."""
     from hooklint.graph.project import ProjectIndex
 
     run = run if run is not None else GraphRun()
@@ -362,10 +368,16 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         if hit is not None:
             factory_models = [ModelFacts.from_dict(m) for m in hit]
     if todo or (config.models and factory_models is None):
+        if announce is not None:
+            announce([_display(path) for path in todo])
         pool = WorkerPool(config.memory_limit, config.root, run)
         try:
-            for path in todo:
+            for done, path in enumerate(todo):
+                if progress is not None:
+                    progress(done, len(todo), _display(path))
                 facts[path] = _analyse_file(pool, path, config, timeout, cache, run)
+            if progress is not None and todo:
+                progress(len(todo), len(todo), "")
             if config.models and factory_models is None:
                 factory_models = _analyse_factories(pool, config, timeout, cache, factory_key, notices)
         finally:
@@ -383,7 +395,21 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
+    notices.extend(_cached_info(list(facts.values())))
     return facts, notices
+
+
+def _cached_info(found: list[FileFacts]) -> list[Notice]:
+    """What a warm run says about the models whose facts came from the cache:
+    their details were said when they were analysed, so one line for the run."""
+    files = [item for item in found if item.cached and item.error is None and _model_parts(item)]
+    if not files:
+        return []
+    names = ", ".join(item.path for item in files[:_LISTED_FILES])
+    more = f" and {len(files) - _LISTED_FILES} more" if len(files) > _LISTED_FILES else ""
+    return [Notice(files[0].path, f"graph: from the cache, models of {len(files)} file{'s' if len(files) != 1 else ''} "
+                   f"({names}{more}) analysed without a full fx trace or not at all, as said when they were "
+                   "analysed (`hooklint graph FILE` shows them; --no-cache analyses again)", NoticeLevel.INFO)]
 
 
 _LISTED_FILES = 3
@@ -499,6 +525,14 @@ def _file_notices(found: FileFacts) -> list[Notice]:
         return [Notice(found.path, found.error + (cached if found.error_kind in _CACHED_FAILURES else ""),
                        NoticeLevel.ERROR)]
     out = [Notice(found.path, u.reason + cached, NoticeLevel.ERROR) for u in found.unanalysed if u.kind == "timeout"]
+    parts = _model_parts(found)
+    if parts and not found.cached:  # a cached file's are folded into one line (_cached_info)
+        out.append(Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO))
+    return out
+
+
+def _model_parts(found: FileFacts) -> list[str]:
+    """The informational remarks about one file's models (how each was analysed)."""
     parts = []
     for model in found.models:
         if model.method != "fx":
@@ -508,9 +542,7 @@ def _file_notices(found: FileFacts) -> list[Notice]:
     reported = [u for u in found.unanalysed if u.reason != "defines no forward (a base class)" and u.kind != "timeout"]
     if reported:
         parts.append("not analysed: " + "; ".join(f"{u.class_name} ({u.reason})" for u in reported))
-    if parts:
-        out.append(Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO))
-    return out
+    return parts
 
 
 @dataclass

@@ -196,12 +196,14 @@ def check_text(
     on_disk: bool = True,
     project_answers: dict[str, Any] | None = None,
     summarize: bool = False,
+    noqa: bool = True,
 ) -> FileResult:
     """Check one text.  ``target``: the Python version whose syntax is valid
     (None: the running Python's).  ``notebook``: set when ``text`` is a
     notebook's Python text (:mod:`hooklint.static.notebook`); findings are then
     placed in cells.  ``on_disk``: False when the file at ``path`` may not hold
-    this text (stdin)."""
+    this text (stdin).  ``noqa``: False ignores every ``# noqa`` comment
+    (``--ignore-noqa``)."""
     display = display_path or path
     # Given a file name, CPython reads that file back to place some syntax
     # errors: a notebook's file is JSON, and stdin's named file is not the text.
@@ -217,7 +219,8 @@ def check_text(
         return result
     # After the prefilter: a file it rules out has no finding for a `# noqa` to
     # silence, and scanning every file's text again cost a third of the run.
-    result.notices.extend(_unknown_noqa_notices(display, text, notebook))
+    if noqa:
+        result.notices.extend(_unknown_noqa_notices(display, text, notebook))
     if len(text) > MAX_PARSED_CHARS:
         result.notices.append(Notice(display, f"the file has {len(text) / 2 ** 20:.1f} M characters, more than the "
                                      f"{MAX_PARSED_CHARS // 2 ** 20} M hooklint parses (generated code?); not checked",
@@ -237,7 +240,9 @@ def check_text(
             result.asked = ctx.project.asked
     finally:
         ctx.close()
-    result.findings = _placed(apply_noqa(text, findings), notebook, display) + syntax_findings
+    if noqa:
+        findings = apply_noqa(text, findings)
+    result.findings = _placed(findings, notebook, display) + syntax_findings
     return result
 
 
@@ -430,6 +435,7 @@ def check_file(
     data: bytes | None = None,
     project_answers: dict[str, Any] | None = None,
     summarize: bool = False,
+    noqa: bool = True,
 ) -> FileResult:
     """Check a file (a Jupyter notebook when its name ends in ``.ipynb``);
     ``data``: its bytes when already read."""
@@ -440,7 +446,7 @@ def check_file(
         return source_error_result(display, err, codes, ignored)
     return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
                       target=target, notebook=notebook, on_disk=data is None, project_answers=project_answers,
-                      summarize=summarize)
+                      summarize=summarize, noqa=noqa)
 
 
 def source_error_result(display: str, err: SourceError, codes: frozenset[str],
