@@ -81,7 +81,10 @@ class _Prefilter:
 def _prefilter(codes: frozenset[str]) -> _Prefilter:
     words: set[str] = set()
     patterned: dict[tuple[tuple[str, ...], str], re.Pattern[str]] = {}
-    for rule in _static_rules(codes):
+    # rules judged by the driver after the others (HKL003) have trigger words too
+    driver_rules = tuple(rule for rule in all_rules() if rule.code in codes and rule.check is Rule.check
+                         and rule.triggers)
+    for rule in (*_static_rules(codes), *driver_rules):
         if rule.trigger_pattern is None:
             words.update(rule.triggers)
         else:
@@ -241,6 +244,8 @@ def check_text(
     finally:
         ctx.close()
     if noqa:
+        if UNUSED_NOQA in active:
+            findings = findings + _unused_noqa(display, text, findings, active, graph)
         findings = apply_noqa(text, findings)
     result.findings = _placed(findings, notebook, display) + syntax_findings
     return result
@@ -275,6 +280,22 @@ def _parse(text: str, display: str, parse_name: str, target: tuple[int, int] | N
         result.notices.extend(skipped)
     result.findings = _placed(result.findings, notebook, display) + syntax_findings
     return None
+
+
+UNUSED_NOQA = "HKL003"
+
+
+def _unused_noqa(display: str, text: str, findings: list[Finding], active: frozenset[str], graph: Any) -> list[Finding]:
+    """HKL003: ``# noqa`` codes of enabled rules this run decided (rules that
+    read the model graph only when it was analysed) with no finding on their line."""
+    from hooklint.findings import Origin
+    from hooklint.rules.unused_noqa import UnusedNoqaRule
+
+    decided = frozenset(
+        rule.code for rule in all_rules() if rule.code in active
+        and (rule.check is not Rule.check or rule.code in ("HKL001", "HKL002"))
+        and (graph is not None or Origin.GRAPH not in rule.origins))
+    return UnusedNoqaRule.report(display, text, findings, decided)
 
 
 def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) -> list[Notice]:
