@@ -201,7 +201,8 @@ def summary_line(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = T
             line += f" Also {' and '.join(problems)} (see above)."
         passing = _passing(findings, fail_on)
         if passing:
-            everything = "none fails" if passing == len(findings) else f"{passing} of them do not fail"
+            everything = "none fails" if passing == len(findings) else \
+                f"{passing} of them {'does' if passing == 1 else 'do'} not fail"
             line += f" Below `fail-on = \"{fail_on}\"`: {everything} the run."
         return line
     if errors:
