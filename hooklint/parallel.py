@@ -559,6 +559,10 @@ def project_files(root: Path, options: CheckOptions, checked: list[str]) -> list
     none when no checked file is inside the project."""
     root_text = str(root)
     inside = root_text.rstrip(os.sep) + os.sep
+    for given in options.paths:
+        folder = os.path.realpath(given)
+        if os.path.isdir(folder) and (root_text + os.sep).startswith(folder.rstrip(os.sep) + os.sep):
+            return []  # the run walked the whole project already (`hooklint check .` at its root)
     checked_abs = {os.path.abspath(path) for path in checked}
     if not any(p.startswith(inside) or p == root_text for p in checked_abs):
         return []

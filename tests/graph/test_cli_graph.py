@@ -155,3 +155,35 @@ def test_a_warm_run_says_the_cached_graph_notes_once(project):
     assert notes == ["hooklint: info: untraceable.py: graph: from the cache, models of 1 file (untraceable.py) "
                      "analysed without a full fx trace or not at all, as said when they were analysed "
                      "(`hooklint graph FILE` shows them; --no-cache analyses again)"], warm.stderr
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten(project):
+    """stderr a terminal (a pseudo-terminal here): the line is rewritten in
+    place and erased at the end, without --progress."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "hooklint", "check", "--no-cache", "--output-format", "concise",
+                             "legacy_hooks.py", "untraceable.py"], cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.stdout.read()
+    proc.wait(timeout=120)
+    os.close(master)
+    text = seen.decode()
+    assert "\r\x1b[Khooklint: graph 1/2: importing legacy_hooks.py" in text, text
+    assert "\r\x1b[Khooklint: graph 2/2: importing untraceable.py" in text, text
+    assert text.index("hooklint: importing your code") < text.index("graph 1/2")  # the notice comes first
