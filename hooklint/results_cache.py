@@ -184,8 +184,8 @@ class StaticCache:
         if signature(st) != sig or st.st_mtime_ns >= read_at - RACY_NS:
             return False, None, False
         summary = extra.get("s")
-        parsed = isinstance(result, list) and len(result) == 2 and result[1] is True or \
-            isinstance(result, dict) and result.get("parsed") is True
+        parsed = (isinstance(result, list) and len(result) == 2 and result[1] is True) or \
+            (isinstance(result, dict) and result.get("parsed") is True)
         return True, summary if isinstance(summary, dict) else None, parsed
 
     def store_context(self, path: str, record: Record, summary: dict[str, Any] | None, scanned: bool) -> None:
