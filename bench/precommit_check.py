@@ -20,8 +20,10 @@ command as pre-commit runs it (a fresh process each time; medians):
 * warm after `hooklint check .`: the cache holds every file;
 * stale: the caller was edited since the cache was written;
 
-and, in one process (no interpreter start-up), the same one-file check with
-the project context and without it (the run's files only), to show what the
+and, for scale, the same command on a staged file that asks no cross-file
+question (interpreter start-up, imports, configuration: the floor); then,
+in one process (no interpreter start-up), the one-file check with the
+project context and without it (the run's files only), to show what the
 context itself costs.  Target: warm under 0.5 s.
 """
 
@@ -95,8 +97,8 @@ def hooklint(project: Path, *args: str) -> tuple[float, subprocess.CompletedProc
     return time.perf_counter() - start, proc
 
 
-def staged_check(project: Path) -> tuple[float, str, int]:
-    elapsed, proc = hooklint(project, "--static-only", "--force-exclude", "--output-format", "concise", STAGED)
+def staged_check(project: Path, staged: str = STAGED) -> tuple[float, str, int]:
+    elapsed, proc = hooklint(project, "--static-only", "--force-exclude", "--output-format", "concise", staged)
     if proc.returncode == 2:
         raise SystemExit(f"hooklint failed: {proc.stderr}")
     return elapsed, proc.stdout, proc.returncode
@@ -173,6 +175,8 @@ def main() -> int:
         print(f"stale (the caller edited)         {stale:6.2f} s")
         outputs = cold_out | warm_out | full_out | stale_out
         print(f"same output and exit code in all {4 * args.repeat} runs: {len(outputs) == 1}")
+        floor, _ = median_of(args.repeat, lambda: None, lambda: staged_check(project, "scripts/train.py"))
+        print(f"the floor: a staged file that asks no cross-file question, warm {floor:6.2f} s")
         with_context, without = in_process(project, args.repeat)
         print(f"in one process, warm: {with_context * 1000:.0f} ms with the project context, "
               f"{without * 1000:.0f} ms with the run's files only")
