@@ -12,8 +12,9 @@ copy of the installed torch package's Python sources (2,000+ real files, many
 with hooks) next to a small library and the training script that calls it
 in a loop.
 
-It prints, for one staged file (the library), the wall-clock time of the
-command as pre-commit runs it (a fresh process each time; medians):
+It prints, for one staged file (the library), the wall-clock and CPU time
+of the command as pre-commit runs it (a fresh process each time; medians;
+on a loaded machine the CPU time is the steadier figure):
 
 * cold: no cache at all (a fresh clone's first commit);
 * warm: the cache written by the previous one-file runs only;
@@ -89,12 +90,21 @@ def build(project: Path) -> int:
     return sum(1 for _ in project.rglob("*.py"))
 
 
+CPU: list[float] = []  # CPU seconds (user + system) of each command, next to its wall-clock time
+
+
 def hooklint(project: Path, *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    import resource
+
     env = dict(os.environ, NO_COLOR="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "hooklint", "check", *args], cwd=project, env=env,
                           capture_output=True, text=True)
-    return time.perf_counter() - start, proc
+    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return elapsed, proc
 
 
 def staged_check(project: Path, staged: str = STAGED) -> tuple[float, str, int]:
@@ -108,14 +118,16 @@ def clear_cache(project: Path) -> None:
     shutil.rmtree(project / ".hooklint_cache", ignore_errors=True)
 
 
-def median_of(repeat: int, setup, measure) -> tuple[float, set[str]]:
-    times, outputs = [], set()
+def median_of(repeat: int, setup, measure) -> tuple[str, set[str]]:
+    """("wall s (CPU s)" medians, the outputs seen)."""
+    times, cpu, outputs = [], [], set()
     for _ in range(repeat):
         setup()
         elapsed, out, code = measure()
         times.append(elapsed)
+        cpu.append(CPU[-1])
         outputs.add(f"exit {code}: {out}")
-    return statistics.median(times), outputs
+    return f"{statistics.median(times):5.2f} s ({statistics.median(cpu):4.2f} s CPU)", outputs
 
 
 def in_process(project: Path, repeat: int) -> tuple[float, float]:
@@ -160,23 +172,23 @@ def main() -> int:
         print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
               f"a project of {files} Python files; one staged file, {STAGED}; medians of {args.repeat}")
         cold, cold_out = median_of(args.repeat, lambda: clear_cache(project), lambda: staged_check(project))
-        print(f"cold (no cache)                   {cold:6.2f} s")
+        print(f"cold (no cache)                   {cold}")
         warm, warm_out = median_of(args.repeat, lambda: None, lambda: staged_check(project))
-        print(f"warm (one-file runs only)         {warm:6.2f} s")
+        print(f"warm (one-file runs only)         {warm}")
         hooklint(project, "--static-only", "-q", ".")
         full, full_out = median_of(args.repeat, lambda: None, lambda: staged_check(project))
-        print(f"warm after `hooklint check .`     {full:6.2f} s")
+        print(f"warm after `hooklint check .`     {full}")
         caller = project / "scripts" / "train.py"
         flips = iter(range(10 ** 6))
 
         def edit_caller() -> None:
             caller.write_text(CALLER + f"\n# edit {next(flips)}\n")
         stale, stale_out = median_of(args.repeat, edit_caller, lambda: staged_check(project))
-        print(f"stale (the caller edited)         {stale:6.2f} s")
+        print(f"stale (the caller edited)         {stale}")
         outputs = cold_out | warm_out | full_out | stale_out
         print(f"same output and exit code in all {4 * args.repeat} runs: {len(outputs) == 1}")
         floor, _ = median_of(args.repeat, lambda: None, lambda: staged_check(project, "scripts/train.py"))
-        print(f"the floor: a staged file that asks no cross-file question, warm {floor:6.2f} s")
+        print(f"the floor, warm: a staged file that asks no cross-file question {floor}")
         with_context, without = in_process(project, args.repeat)
         print(f"in one process, warm: {with_context * 1000:.0f} ms with the project context, "
               f"{without * 1000:.0f} ms with the run's files only")
