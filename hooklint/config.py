@@ -22,6 +22,10 @@ DEFAULT_EXCLUDES = (
 
 OUTPUT_FORMATS = ("full", "concise", "json", "json-lines", "sarif", "github", "junit")
 
+# `fail-on`: the lowest severity whose findings make a run fail (exit 1).
+FAIL_ON_LEVELS = ("error", "warning", "info")
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
 # ruff's values for `target-version`.
 TARGET_VERSIONS = tuple(f"py3{minor}" for minor in range(7, 15))
 
@@ -41,7 +45,8 @@ class Config:
     force_exclude: bool = False
     respect_gitignore: bool = True
     output_format: str = "full"
-    # graph layer (imports the user's models in a subprocess)
+    # graph layer (imports the user's models in a subprocess); `static-only = true` never does
+    static_only: bool = False
     timeout: float = 60.0
     models: list[str] = field(default_factory=list)
     cache: bool = True
@@ -51,6 +56,8 @@ class Config:
     pythonpath: list[str] = field(default_factory=list)
     # the Python whose syntax is valid ("py312"); None: the running Python's
     target_version: str | None = None
+    # the lowest severity that fails a run: info findings are printed but pass by default
+    fail_on: str = "warning"
     # where the config file lives; relative paths in it are relative to this
     root: Path = field(default_factory=Path.cwd)
     source: Path | None = None  # the file the config came from
@@ -62,6 +69,10 @@ class Config:
 
     def enabled_codes(self) -> set[str]:
         return resolve_codes(self.select, self.extend_select, self.ignore)
+
+    def fails(self, severity: str) -> bool:
+        """Does a finding of this severity ("error", "warning", "info") fail the run?"""
+        return _SEVERITY_RANK.get(str(getattr(severity, "value", severity)), 2) >= _SEVERITY_RANK[self.fail_on]
 
     def ignored_for(self, rel_path: str) -> set[str]:
         from hooklint.files import glob_match
@@ -130,6 +141,12 @@ def parse_target_version(value: str) -> tuple[int, int]:
 def validate_target_version(value: object, where: str) -> str:
     if not isinstance(value, str) or value.lower() not in TARGET_VERSIONS:
         raise ConfigError(f"{where}: `target-version` must be one of {', '.join(TARGET_VERSIONS)}")
+    return value.lower()
+
+
+def validate_fail_on(value: object, where: str) -> str:
+    if not isinstance(value, str) or value.lower() not in FAIL_ON_LEVELS:
+        raise ConfigError(f"{where}: `fail-on` must be one of {', '.join(FAIL_ON_LEVELS)}")
     return value.lower()
 
 
@@ -218,7 +235,7 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
                 validate_selectors(codes, where)
                 parsed[pattern] = codes
             cfg.per_file_ignores = parsed
-        elif key in ("force-exclude", "respect-gitignore", "cache"):
+        elif key in ("force-exclude", "respect-gitignore", "cache", "static-only"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where}: `{key}` must be true or false")
             setattr(cfg, attr, value)
@@ -245,6 +262,8 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: `cache-dir` must be a string")
             cfg.cache_dir = value
+        elif key == "fail-on":
+            cfg.fail_on = validate_fail_on(value, where)
         elif key == "target-version":
             cfg.target_version = validate_target_version(value, where)
             cfg.target_version_origin = f"target-version in {where}"
@@ -309,7 +328,13 @@ def find_config_file(start: Path) -> Path | None:
     return None
 
 
-def load_config(explicit: str | None = None, start: Path | None = None, isolated: bool = False) -> Config:
+def load_config(explicit: str | None = None, start: Path | None = None, isolated: bool = False,
+                overrides: dict[str, Any] | None = None) -> Config:
+    """The configuration for ``start`` (or from the file ``explicit``);
+    ``overrides``: keys given on the command line (``--config key=value``),
+    which replace the file's."""
+    if overrides:
+        return _with_overrides(explicit, start, isolated, overrides)
     if isolated:
         return Config(root=Path.cwd())
     if explicit is not None:
@@ -333,6 +358,44 @@ def load_config(explicit: str | None = None, start: Path | None = None, isolated
     cfg = config_from_table(table, path.resolve().parent, path)
     _default_target(cfg, cfg.root)
     return cfg
+
+
+def _with_overrides(explicit: str | None, start: Path | None, isolated: bool, overrides: dict[str, Any]) -> Config:
+    base = load_config(explicit, start, isolated)
+    table: dict[str, Any] = {}
+    if base.source is not None:
+        data = load_toml(base.source)
+        table = dict(data.get("tool", {}).get("hooklint", {}) if base.source.name == "pyproject.toml" else data)
+    table.update(overrides)
+    where = f"{base.source} with --config overrides" if base.source else "--config"
+    try:
+        cfg = config_from_table(table, base.root, base.source)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(str(base.source or "configuration"), where, 1)) from None
+    if cfg.target_version is None and base.target_version is not None:
+        cfg.target_version, cfg.target_version_origin = base.target_version, base.target_version_origin
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``--config 'key = value'``: one TOML assignment (``select = ["HKL1"]``,
+    ``fail-on = "error"``, ``timeout = 30``)."""
+    try:  # Python 3.11+
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {text!r}: not a file, nor a TOML `key = value` ({exc})") from None
+    if len(table) != 1:
+        raise ConfigError(f"--config {text!r}: give one `key = value` per --config")
+    key, value = next(iter(table.items()))
+    if key in ("tool", "hooklint") and isinstance(value, dict):
+        raise ConfigError(f"--config {text!r}: give the key without its table (`fail-on = \"error\"`)")
+    if key.replace("_", "-") not in _KEYS:
+        raise ConfigError(f"--config {text!r}: unknown key `{key}` (known: {', '.join(sorted(_KEYS))})")
+    return key, value
 
 
 def _default_target(cfg: Config, start: Path) -> None:

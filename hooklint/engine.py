@@ -30,6 +30,12 @@ class CheckOptions:
     jobs: int = 1
     # The project pass: call sites across the checked files (hooklint.static.project).
     project: bool = True
+    # The project the checked files belong to: when set, the project pass also
+    # searches its other files for callers (never checked, never reported), so
+    # a file's findings do not depend on which other files the run names.
+    project_root: Path | None = None
+    # --ignore-noqa: `# noqa` comments silence nothing
+    ignore_noqa: bool = False
     # Called with the files to check; returns per-file graph facts and notices.
     # Set by the CLI when the graph layer is available (hooklint.graph).
     graph_provider: Callable[[list[str], Config], tuple[dict[str, Any], list[Notice]]] | None = None
@@ -53,6 +59,30 @@ def display_path(path: str) -> str:
     except ValueError:  # another drive on Windows
         return path
     return path if rel.startswith("..") else rel
+
+
+# Files or folders that mark the top of a project when no configuration file does.
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", ".hg")
+
+
+def find_project_root(config: Config, paths: list[str]) -> Path | None:
+    """The folder whose Python files are the project of ``paths``: the folder
+    of the configuration file in use, else the nearest folder at or above the
+    first path holding a project marker (``.git``, ``pyproject.toml``...);
+    None when there is none (a loose script: only the run's files count)."""
+    if config.source is not None:
+        return config.root.resolve()
+    first = Path(paths[0]) if paths and paths[0] != "-" else Path.cwd()
+    try:
+        start = first.resolve()
+    except (OSError, RuntimeError):
+        return None
+    if not start.is_dir():
+        start = start.parent
+    for folder in (start, *start.parents):
+        if any(os.path.exists(os.path.join(folder, marker)) for marker in PROJECT_MARKERS):
+            return folder
+    return None
 
 
 def discover(options: CheckOptions, unreadable: list[tuple[str, str]] | None = None) -> list[str]:
@@ -94,7 +124,7 @@ def check_one(path: str, options: CheckOptions, graph: Any = None, *,
               project_answers: dict[str, Any] | None = None, summarize: bool = False) -> FileResult:
     return check_file(path, options.codes, display_path=display_path(path), ignored=ignored_codes(path, options),
                       graph=graph, prefilter=options.prefilter, target=options.config.target(),
-                      project_answers=project_answers, summarize=summarize)
+                      project_answers=project_answers, summarize=summarize, noqa=not options.ignore_noqa)
 
 
 def internal_error_result(path: str, exc: Exception) -> FileResult:
@@ -123,8 +153,9 @@ def run_check(options: CheckOptions) -> Report:
 def check_many(files: list[str], options: CheckOptions, graph_facts: dict[str, Any]) -> list[FileResult]:
     """Check files, in parallel when ``options.jobs > 1``, through the cache
     of static results when the CLI set one up, and with the project pass
-    (call sites across files) when there are several; results in input order."""
-    if len(files) > 1 or options.extra.get("static_cache") is not None:
+    (call sites across files, the project's other files included when
+    ``options.project_root`` is set); results in input order."""
+    if len(files) > 1 or options.extra.get("static_cache") is not None or options.project_root is not None:
         from hooklint.parallel import check_parallel
 
         return check_parallel(files, options, graph_facts)

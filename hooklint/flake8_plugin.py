@@ -4,6 +4,10 @@ The plugin runs exactly what ``hooklint check --static-only`` runs on a file,
 :func:`hooklint.static.checker.check_text`, with the rules that the nearest
 ``[tool.hooklint]`` configuration enables (and its ``per-file-ignores``);
 flake8's own ``--select``/``--ignore`` and ``# noqa`` then apply on top.
+flake8 has no "report but pass" level (every code it prints fails it), so
+the plugin reports the findings at or above hooklint's ``fail-on`` only
+(default ``warning``: info findings such as HKL405 are left out; set
+``fail-on = "info"`` to see them in flake8).
 flake8 wants 0-based columns and prints them 1-based, so its output shows the
 same line:column as hooklint's.  Like hooklint's static pass, the plugin never
 imports torch.
@@ -32,6 +36,17 @@ def _config_for(folder: str):
         return load_config(None, start=Path(folder))
     except ConfigError:
         return None
+
+
+def _fails_for(filename: str):
+    """The configuration's ``fail-on`` test for findings of ``filename``."""
+    folder = str(Path(filename).resolve().parent) if filename not in _STDIN else str(Path.cwd())
+    cfg = _config_for(folder)
+    if cfg is None:
+        from hooklint.config import Config
+
+        return Config().fails
+    return cfg.fails
 
 
 def _codes_for(filename: str) -> tuple[frozenset[str], frozenset[str]]:
@@ -64,5 +79,8 @@ class HooklintChecker:
         codes, ignored = _codes_for(self.filename)
         text = "".join(self.lines)
         result = check_text(self.filename, text, codes, ignored=ignored, target=_target_for(self.filename))
+        fails = _fails_for(self.filename)
         for f in sorted(result.findings, key=lambda f: f.sort_key()):
+            if not fails(f.severity):
+                continue
             yield f.location.row, f.location.column - 1, f"{f.code} {f.message}", type(self)

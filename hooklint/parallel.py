@@ -19,9 +19,11 @@ import dataclasses
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes, internal_error_result
+from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
@@ -70,7 +72,8 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
     options.jobs = args.jobs or default_jobs()
     # `--diff` promises to change nothing on disk, the cache folder included
     if options.config.cache and not getattr(args, "no_cache", False) and not getattr(args, "diff", False):
-        options.extra["static_cache"] = cache_for(options.config, options.prefilter, options.codes)
+        options.extra["static_cache"] = cache_for(options.config, options.prefilter, options.codes,
+                                                  ignore_noqa=options.ignore_noqa)
 
 
 # ---------------------------------------------------------------- one file
@@ -106,7 +109,7 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
         result = check_text(path, text, options.codes, display_path=display_path(path),
                             ignored=ignored_codes(path, options), prefilter=options.prefilter,
                             target=options.config.target(), notebook=notebook, project_answers=answers,
-                            summarize=summarize)
+                            summarize=summarize, noqa=not options.ignore_noqa)
     except Exception as exc:  # noqa: BLE001 - one file's failure must not end the run
         if os.environ.get("HOOKLINT_STRICT"):
             raise
@@ -329,7 +332,9 @@ def check_parallel(files: list[str], options: CheckOptions, graph_facts: dict[st
     ``options.extra["static_cache"]`` is set, then run the project pass when
     there are several files; results in input order."""
     cache: StaticCache | None = options.extra.get("static_cache")
-    project = options.project and len(files) > 1
+    # Even one file: a cached result may hold answers about other files that
+    # this run must confirm (docs/developing.md, "Cross-file analysis").
+    project = options.project
     results: list[FileResult | None] = [None] * len(files)
     records: dict[int, Record] = {}  # results to store in the cache
     tasks: list[CheckTask] = []
@@ -400,7 +405,7 @@ class ProjectPass:
 
     def __init__(self, files: list[str], results: list[FileResult], records: dict[int, Record],
                  options: CheckOptions, cache: StaticCache | None, graph_facts: dict[str, Any]):
-        self.files = files
+        self.files = list(files)
         self.results = results
         self.records = records
         self.options = options
@@ -412,16 +417,58 @@ class ProjectPass:
         self.summarized = 0  # of those, files summarized
         self.rechecked = 0
         self.refined = 0  # files whose call sites got their facts
+        self.context_files = 0  # files of the project outside the run, searched for callers
+        # context files the cache could not vouch for (changed or new): searched whatever it says
+        self.unverified: set[int] = set()
 
     def figures(self) -> dict[str, int]:
         return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
-                "rechecked": self.rechecked}
+                "rechecked": self.rechecked, "context": self.context_files}
 
     def run(self) -> None:
         index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
         questions = {parse_key(key) for r in self.results if r.asked for key in r.asked}
         if not questions:
             return
+        checked = len(self.files)
+        self._add_context(index)
+        try:
+            self._answer(index, questions)
+        finally:
+            # the project's other files lent their call sites; they have no result of this run
+            if self.cache is not None:
+                for i in range(checked, len(self.files)):
+                    if i in self.records:
+                        self.cache.store_context(self.files[i], self.records[i], self.results[i].summary,
+                                                 scanned=i in self.scan_valid)
+            del self.files[checked:], self.results[checked:]
+            for i in [i for i in self.records if i >= checked]:
+                del self.records[i]
+            self.scan_valid = {i for i in self.scan_valid if i < checked}
+
+    def _add_context(self, index: ProjectIndex) -> None:
+        """The project's files that the run does not name, as callers only:
+        unchanged ones lend their cached summary (or the cache's word that
+        they name none of the searched names); the others are searched like
+        the files the prefilter ruled out."""
+        root = self.options.project_root
+        if root is None:
+            return
+        for path in project_files(root, self.options, self.files):
+            i = len(self.files)
+            self.files.append(path)
+            lent = FileResult(display_path(path))
+            valid, summary, parsed = self.cache.lent(path) if self.cache is not None else (False, None, False)
+            if not valid:
+                self.unverified.add(i)
+            else:
+                lent.parsed, lent.summary = parsed, summary
+                if summary is not None:
+                    index.add(summary)
+            self.results.append(lent)
+            self.context_files += 1
+
+    def _answer(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
         self._find_callers(index, questions)
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
@@ -464,7 +511,8 @@ class ProjectPass:
             wanted = tuple(sorted(known_names if trusted else names))
             tasks: list[ScanTask] = []
             for i in pending:
-                if trusted and i not in self.records and self.cache is not None and self.cache.scanned(self.files[i]):
+                if trusted and i not in self.records and i not in self.unverified and self.cache is not None \
+                        and self.cache.scanned(self.files[i]):
                     continue
                 tasks.append((i, self.files[i], wanted, self.cache is not None))
             self.scanned += len(tasks)
@@ -511,6 +559,27 @@ class ProjectPass:
                 self.records[outcome.index] = outcome.record
         index.changed()
         return True
+
+
+def project_files(root: Path, options: CheckOptions, checked: list[str]) -> list[str]:
+    """The Python files of the project at ``root`` (as ``hooklint check`` run
+    there finds them: excludes and .gitignore apply) that are not in ``checked``;
+    none when no checked file is inside the project."""
+    root_text = str(root)
+    inside = root_text.rstrip(os.sep) + os.sep
+    for given in options.paths:
+        folder = os.path.realpath(given)
+        if os.path.isdir(folder) and (root_text + os.sep).startswith(folder.rstrip(os.sep) + os.sep):
+            return []  # the run walked the whole project already (`hooklint check .` at its root)
+    checked_abs = {os.path.abspath(path) for path in checked}
+    if not any(p.startswith(inside) or p == root_text for p in checked_abs):
+        return []
+    cfg = options.config
+    top = os.path.relpath(root_text)
+    if top.startswith(".." + os.sep + ".."):
+        top = root_text  # far above the working folder: absolute paths read better
+    walker = Walker(root, cfg.excludes(), cfg.respect_gitignore)
+    return [path for path in walker.files([top]) if os.path.abspath(path) not in checked_abs]
 
 
 def _answer(index: ProjectIndex, key: str) -> list[Any] | None:

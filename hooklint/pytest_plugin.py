@@ -5,7 +5,9 @@ to its end, and fails a test whose run produced findings, with the same codes
 and messages as ``hooklint check``.  Rule selection comes from
 ``[tool.hooklint]`` (``select``, ``ignore``, ``per-file-ignores``), then
 ``--hooklint-select`` / ``--hooklint-ignore``, then a test's
-``@pytest.mark.hooklint(select=..., ignore=..., enabled=...)``.
+``@pytest.mark.hooklint(select=..., ignore=..., enabled=...)``.  Findings
+below ``fail-on`` (``--hooklint-fail-on``) do not fail the test: they are
+reported in pytest's warnings summary.
 
 The ``hooklint_session`` fixture gives the test its session (``.findings``);
 without ``--hooklint`` it starts one for that test only.  ``-p no:hooklint``
@@ -31,6 +33,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Rules to report, replacing [tool.hooklint] select (comma-separated: HKL2,HKL304).")
     group.addoption("--hooklint-ignore", action="append", default=None, metavar="CODES",
                     help="Rules not to report, in addition to [tool.hooklint] ignore.")
+    group.addoption("--hooklint-fail-on", default=None, choices=("error", "warning", "info"),
+                    help="The lowest severity that fails a test (default: [tool.hooklint] fail-on, else warning); "
+                         "findings below it are reported as warnings in pytest's summary.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -64,6 +69,8 @@ class _Runner:
                 self.cfg.select = select
             validate_selectors(ignore, "--hooklint-ignore")
             self.cfg.ignore = self.cfg.ignore + ignore
+            if config.getoption("hooklint_fail_on"):
+                self.cfg.fail_on = config.getoption("hooklint_fail_on")
         except ConfigError as exc:
             raise pytest.UsageError(f"hooklint: {exc}") from None
         self.errors: list[tuple[str, str]] = []  # (test, message) of hooklint's own errors
@@ -108,13 +115,17 @@ class _Runner:
             result = yield
         except BaseException as exc:
             session.observe_exception(exc)
-            text = self._text(session) + self._errors(session, item)
-            if text:
-                item.add_report_section("call", "hooklint", text)
+            failing, passing = self._texts(session)
+            errors = self._errors(session, item)
+            if failing or passing or errors:
+                item.add_report_section("call", "hooklint", "\n\n".join(t for t in (failing, passing, errors) if t))
             raise
-        text = self._text(session) + self._errors(session, item)
-        if text:
-            raise pytest.fail.Exception(text, pytrace=False)
+        failing, passing = self._texts(session)
+        errors = self._errors(session, item)
+        if passing:  # below `fail-on`: said, but the test passes
+            item.warn(HooklintFindings(passing))
+        if failing or errors:
+            raise pytest.fail.Exception("\n\n".join(t for t in (failing, errors) if t), pytrace=False)
         return result
 
     def _errors(self, session, item: pytest.Item) -> str:
@@ -147,9 +158,10 @@ class _Runner:
             if session is not None:
                 session.stop()
 
-    def _text(self, session) -> str:
+    def _texts(self, session) -> tuple[str, str]:
+        """(what fails the test, what is below `fail-on`): the findings as text, "" when none."""
         from hooklint.engine import rel_to_root
-        from hooklint.testing import format_observations
+        from hooklint.runtime.observation import rule_for
 
         session.judge_pending()
         observations = [
@@ -157,9 +169,30 @@ class _Runner:
             if not self.cfg.per_file_ignores
             or obs.code not in self.cfg.ignored_for(rel_to_root(obs.site.filename, self.cfg.root))
         ]
-        if not observations:
-            return ""
-        return format_observations(observations, "hooklint observed hook problems in this test")
+
+        def fails(obs) -> bool:
+            rule = rule_for(obs.code)
+            return rule is None or self.cfg.fails(rule.severity)
+
+        failing = [obs for obs in observations if fails(obs)]
+        passing = [obs for obs in observations if not fails(obs)]
+        return (_titled(failing, "hook problems observed in this test"),
+                _titled(passing, f"below `fail-on = \"{self.cfg.fail_on}\"`, not failing the test"))
+
+
+class HooklintFindings(UserWarning):
+    """Findings of a test run below `fail-on`: shown in pytest's warnings summary."""
+
+
+def _titled(observations, what: str) -> str:
+    """The text of a test's findings; its first line, which pytest's short
+    summary shows, names the codes: ``hooklint HKL101, HKL304: ...``."""
+    from hooklint.testing import format_observations
+
+    if not observations:
+        return ""
+    codes = ", ".join(dict.fromkeys(obs.code for obs in observations))
+    return format_observations(observations, f"hooklint {codes}: {what}")
 
 
 @pytest.fixture

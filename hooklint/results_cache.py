@@ -91,7 +91,7 @@ def read_for_cache(path: str) -> tuple[bytes, Record]:
 
 class StaticCache:
     def __init__(self, folder: Path, codes: frozenset[str], *, per_file_ignores: dict[str, list[str]],
-                 root: Path, prefilter: bool, target_version: str | None = None):
+                 root: Path, prefilter: bool, target_version: str | None = None, ignore_noqa: bool = False):
         self.folder = folder
         key_data = {
             "format": INDEX_FORMAT, "hooklint": __version__, "code": code_fingerprint(),
@@ -101,6 +101,8 @@ class StaticCache:
         }
         if target_version is not None:  # which syntax is valid changes results (HKL001)
             key_data["target-version"] = target_version
+        if ignore_noqa:  # --ignore-noqa: the findings `# noqa` would silence are kept
+            key_data["ignore-noqa"] = True
         self.key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:32]
         self.index_path = folder / "static" / f"{self.key}.json"
         self._entries: dict[str, list[Any]] | None = None
@@ -161,6 +163,37 @@ class StaticCache:
             self.hits += 1
             return found, None
         return None, sha
+
+    def lent(self, path: str) -> tuple[bool, dict[str, Any] | None, bool]:
+        """For a file of the project that the run does not check: (whether the
+        entry still describes the file on disk, its call-graph summary, whether
+        it was parsed).  Entries written by :meth:`store_context` hold no
+        checked result and never answer :meth:`lookup`."""
+        entry = self.entries.get(path)
+        if not _well_formed(entry):
+            return False, None, False
+        sig, _sha, read_at, result, extra = entry
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False, None, False
+        if signature(st) != sig or st.st_mtime_ns >= read_at - RACY_NS:
+            return False, None, False
+        summary = extra.get("s")
+        parsed = (isinstance(result, list) and len(result) == 2 and result[1] is True) or \
+            (isinstance(result, dict) and result.get("parsed") is True)
+        return True, summary if isinstance(summary, dict) else None, parsed
+
+    def store_context(self, path: str, record: Record, summary: dict[str, Any] | None, scanned: bool) -> None:
+        """What the project pass learned about a file it searched but did not
+        check (its summary, or that it names none of ``scan_names``): an entry
+        without a result, so that a run that checks the file checks it."""
+        extra: dict[str, Any] = {}
+        if summary is not None:
+            extra["s"] = summary
+        if scanned:
+            extra["n"] = 1
+        self._updates[path] = [record.signature, record.sha256, record.read_at, [], extra]
 
     def reuse(self, path: str, record: Record) -> FileResult | None:
         """The stored result for bytes that hash as before, under a new signature."""
@@ -255,9 +288,10 @@ def _result(stored: dict | list, extra: dict[str, Any]) -> FileResult | None:
     return found
 
 
-def cache_for(config, prefilter: bool, codes: frozenset[str]) -> StaticCache:
+def cache_for(config, prefilter: bool, codes: frozenset[str], ignore_noqa: bool = False) -> StaticCache:
     folder = Path(config.cache_dir)
     if not folder.is_absolute():
         folder = config.root / folder
     return StaticCache(folder, codes, per_file_ignores=config.per_file_ignores, root=config.root,
-                       prefilter=prefilter, target_version=getattr(config, "target_version", None))
+                       prefilter=prefilter, target_version=getattr(config, "target_version", None),
+                       ignore_noqa=ignore_noqa)

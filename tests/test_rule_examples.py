@@ -10,7 +10,9 @@ from hooklint.rules import all_rules
 from hooklint.rules.base import REQUIRED_SECTIONS, Rule, expected_findings
 
 RULES = all_rules()
-STATIC_RULES = [r for r in RULES if r.check is not Rule.check]
+# rules the static pass reports: those with a check, and those the driver
+# judges itself (HKL001, HKL003), which carry examples
+STATIC_RULES = [r for r in RULES if r.check is not Rule.check or r.VALID or r.INVALID]
 
 
 def _examples():
@@ -38,7 +40,7 @@ def test_docs_examples(rule):
     bad = rule.code_blocks("Example")
     good = rule.code_blocks("Use instead")
     assert bad and good, f"{rule.code} docs need python code blocks under Example and Use instead"
-    if rule.code.startswith("HKL0"):
+    if rule.code in ("HKL001", "HKL002"):
         return  # syntax/io errors: the examples describe files, not hook code
     for src in bad:
         assert any(f.code == rule.code for f in lint(src, "ALL")), f"{rule.code} does not flag its own Example"

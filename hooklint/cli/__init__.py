@@ -31,6 +31,8 @@ SUBCOMMANDS = {
     "run": "Run a script under instrumentation and report the hook problems it had.",
     "report": "Write an HTML report of the findings.",
     "server": "Run the language server (LSP over stdio) for editors (needs the `server` extra).",
+    "version": "Print hooklint's version.",
+    "clean": "Remove the cache folders hooklint wrote (those holding its CACHEDIR.TAG).",
 }
 
 
@@ -71,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help(sys.stderr)
         return EXIT_ERROR
+    if getattr(args, "color", None):
+        from hooklint.report.text import set_color_choice
+
+        set_color_choice(args.color)
     try:
         return args.handler(args)
     except KeyboardInterrupt:

@@ -7,13 +7,15 @@ import sys
 
 from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
 from hooklint.cli.options import (
+    add_fail_on_option,
     add_file_options,
     add_output_options,
     add_selection_options,
     config_from_args,
     write_output,
 )
-from hooklint.engine import CheckOptions, UsageError, run_check
+from hooklint.config import Config
+from hooklint.engine import CheckOptions, UsageError, find_project_root, run_check
 from hooklint.findings import NoticeLevel, Report
 
 
@@ -50,8 +52,14 @@ def add_parser(sub) -> None:
                    help="Parse every file, even those whose text cannot hold a finding.")
     g.add_argument("--statistics", action="store_true", help="Print counts per rule instead of findings.")
     g.add_argument("--exit-zero", action="store_true", help="Exit 0 even when there are findings.")
+    add_fail_on_option(g)
     g.add_argument("-q", "--quiet", action="store_true",
                    help="Print findings and errors only: no summary, no informational notices.")
+    g.add_argument("--ignore-noqa", action="store_true",
+                   help="Ignore every `# noqa` and `# hooklint: noqa` comment: report what they silence.")
+    g.add_argument("-w", "--watch", action="store_true",
+                   help="Check, then check again whenever a checked file (or the configuration) changes, "
+                        "until Ctrl-C.")
     p.set_defaults(handler=run)
     _extend_parser(p)
 
@@ -95,10 +103,12 @@ def build_options(args: argparse.Namespace) -> CheckOptions:
         paths=args.paths or ["."],
         config=cfg,
         codes=frozenset(cfg.enabled_codes()),
-        static_only=args.static_only,
+        static_only=args.static_only or cfg.static_only,
         prefilter=args.prefilter,
         jobs=getattr(args, "jobs", None) or 1,
+        ignore_noqa=getattr(args, "ignore_noqa", False),
     )
+    options.project_root = find_project_root(cfg, options.paths)
     for module in plugins():
         configure = getattr(module, "configure_check", None)
         if configure is not None:
@@ -106,15 +116,29 @@ def build_options(args: argparse.Namespace) -> CheckOptions:
     return options
 
 
-def exit_code(report: Report, exit_zero: bool) -> int:
+def exit_code(report: Report, exit_zero: bool, config: Config | None = None) -> int:
+    """1 for a finding at or above `fail-on` (info findings pass by default)
+    or an analysis error; 0 otherwise, or with --exit-zero."""
     if exit_zero:
         return EXIT_OK
-    if report.findings or any(n.level is NoticeLevel.ERROR for n in report.notices):
+    fails = config.fails if config is not None else (lambda _severity: True)
+    if any(fails(f.severity) for f in report.findings) or any(n.level is NoticeLevel.ERROR for n in report.notices):
         return EXIT_FINDINGS
     return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "watch", False):
+        if reads_stdin(args) or args.show_settings or args.show_files or args.add_noqa:
+            raise UsageError("--watch checks files again as they change: it cannot be combined with stdin, "
+                             "--show-settings, --show-files or --add-noqa")
+        from hooklint.cli.watch import watch
+
+        return watch(args, run_once, build_options)
+    return run_once(args)
+
+
+def run_once(args: argparse.Namespace) -> int:
     stdin = reads_stdin(args)
     options = build_options(args)
     if args.show_settings:
@@ -142,8 +166,32 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(result, int):
             return result
         report = result
+    if getattr(args, "fix_only", False):
+        return emit_fix_only(report, args)
     emit(report, options, args)
-    return exit_code(report, args.exit_zero)
+    code = exit_code(report, args.exit_zero, options.config)
+    if code == EXIT_OK and report.fixed and getattr(args, "exit_non_zero_on_fix", False):
+        return EXIT_FINDINGS
+    return code
+
+
+def emit_fix_only(report: Report, args: argparse.Namespace) -> int:
+    """``--fix-only``: the fixes were applied; the findings that remain are not
+    reported and do not fail the run (ruff's option).  Errors still do."""
+    from hooklint.report.text import render_notices, use_color
+
+    errors = frozenset({NoticeLevel.ERROR})
+    quiet = getattr(args, "quiet", False)
+    sys.stderr.write(render_notices(report, color=use_color(sys.stderr), levels=errors if quiet else None))
+    if not quiet:
+        n = report.fixed
+        sys.stderr.write(f"Fixed {n} finding{'s' if n != 1 else ''}.\n" if n else "No fixes applied.\n")
+    sys.stderr.flush()
+    if args.exit_zero:
+        return EXIT_OK
+    if any(n.level is NoticeLevel.ERROR for n in report.notices):
+        return EXIT_FINDINGS
+    return EXIT_FINDINGS if report.fixed and getattr(args, "exit_non_zero_on_fix", False) else EXIT_OK
 
 
 def emit(report: Report, options: CheckOptions, args: argparse.Namespace, sources=None) -> None:
@@ -151,9 +199,9 @@ def emit(report: Report, options: CheckOptions, args: argparse.Namespace, source
 
     ``-q`` keeps the findings and the errors (a file or model that could not be
     analysed) and drops the rest.  The summary is printed once: the rule table
-    and closing line after ``full`` and ``concise``, the closing line alone
-    after ``--statistics`` (which is the table), nothing after the machine
-    formats on stdout."""
+    and closing line after ``full``, the closing line alone after
+    ``concise``, ``-o FILE`` and ``--statistics`` (which is the table),
+    nothing after the machine formats on stdout."""
     from hooklint.report import render, rule_catalog
     from hooklint.report.text import render_notices, statistics_table, summary_line, summary_table, use_color
 
@@ -175,10 +223,13 @@ def emit(report: Report, options: CheckOptions, args: argparse.Namespace, source
     if not quiet:
         # after `--unsafe-fixes`, the unsafe fixes left were left for a reason (said above)
         unsafe_hint = not getattr(args, "unsafe_fixes", False)
+        fail_on = options.config.fail_on
         if statistics:
-            sys.stderr.write(summary_line(report, unsafe_hint=unsafe_hint) + "\n")
+            sys.stderr.write(summary_line(report, unsafe_hint=unsafe_hint, fail_on=fail_on) + "\n")
         elif fmt in ("full", "concise") or to_file:
-            sys.stderr.write(summary_table(report, unsafe_hint=unsafe_hint))
+            # the table by rule follows `full` on a terminal; `concise` and -o FILE get the closing line only
+            sys.stderr.write(summary_table(report, unsafe_hint=unsafe_hint, table=fmt == "full" and not to_file,
+                                           fail_on=fail_on))
     sys.stderr.flush()
 
 

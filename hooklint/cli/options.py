@@ -40,8 +40,10 @@ def add_file_options(p: argparse.ArgumentParser) -> None:
                    help="Apply excludes to paths passed explicitly too (what pre-commit needs).")
     g.add_argument("--no-respect-gitignore", dest="respect_gitignore", action="store_false", default=None,
                    help="Check files that .gitignore ignores.")
-    g.add_argument("--config", metavar="FILE", help="Read configuration from FILE instead of the nearest "
-                   "pyproject.toml / hooklint.toml.")
+    g.add_argument("--config", action="append", metavar="FILE | KEY=VALUE",
+                   help="Read configuration from FILE instead of the nearest pyproject.toml / hooklint.toml; or "
+                        "set one key inline, as TOML (`--config 'fail-on = \"error\"'`, `--config "
+                        "'select = [\"HKL1\"]'`), over the configuration file's. Repeatable.")
     g.add_argument("--isolated", action="store_true", help="Ignore all configuration files.")
 
 
@@ -50,6 +52,44 @@ def add_output_options(p: argparse.ArgumentParser, formats=OUTPUT_FORMATS) -> No
     g.add_argument("--output-format", choices=formats, default=None,
                    help="How to print findings (default: full, or `output-format` from the config).")
     g.add_argument("-o", "--output-file", metavar="FILE", help="Write findings to FILE instead of stdout.")
+    add_color_option(g)
+
+
+def add_color_option(group) -> None:
+    group.add_argument("--color", choices=("auto", "always", "never"), default=None,
+                       help="Colour in the text formats (full, concise) and notices: `auto` (the default) colours "
+                            "a terminal unless NO_COLOR is set, or anything when FORCE_COLOR is set.")
+
+
+def add_fail_on_option(group) -> None:
+    from hooklint.config import FAIL_ON_LEVELS
+
+    group.add_argument("--fail-on", choices=FAIL_ON_LEVELS, default=None,
+                       help="The lowest severity whose findings make the run fail (exit 1): `error`, `warning` "
+                            "(the default: info findings are printed and pass) or `info`.")
+
+
+def split_config_args(values: str | list[str] | None) -> tuple[str | None, dict]:
+    """``--config`` values -> (the configuration file, inline ``key = value`` overrides).
+    An existing file is a file (as ruff decides); anything else must be a TOML assignment."""
+    from hooklint.config import ConfigError, parse_override
+
+    if values is None:
+        return None, {}
+    if isinstance(values, str):
+        values = [values]
+    explicit: str | None = None
+    overrides: dict = {}
+    for value in values:
+        if "=" not in value or Path(value).is_file():
+            if explicit is not None:
+                raise ConfigError(f"--config {value!r}: only one configuration file can be given "
+                                  f"(already {explicit!r})")
+            explicit = value
+            continue
+        key, parsed = parse_override(value)
+        overrides[key] = parsed
+    return explicit, overrides
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
@@ -60,13 +100,14 @@ def config_from_args(args: argparse.Namespace) -> Config:
         paths = [stdin_filename]  # stdin: the configuration of the file it stands for
     elif paths == ["-"]:
         paths = []
-    if paths and not args.config:
+    explicit, overrides = split_config_args(getattr(args, "config", None))
+    if paths and not explicit:
         # like ruff: the configuration nearest to the first path (or the cwd)
         first = Path(paths[0])
         start = first if first.is_dir() else (first.parent if str(first.parent) else Path.cwd())
         if not start.exists():
             start = None
-    cfg = load_config(args.config, start=start, isolated=getattr(args, "isolated", False))
+    cfg = load_config(explicit, start=start, isolated=getattr(args, "isolated", False), overrides=overrides)
     if getattr(args, "select", None) is not None:
         validate_selectors(args.select, "--select")
         cfg.select = args.select
@@ -86,6 +127,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.respect_gitignore = False
     if getattr(args, "output_format", None):
         cfg.output_format = args.output_format
+    if getattr(args, "fail_on", None):
+        cfg.fail_on = args.fail_on
     if getattr(args, "target_version", None):
         cfg.target_version = args.target_version
         cfg.target_version_origin = "--target-version"

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from hooklint.cli import SUBCOMMANDS, check as check_cli
-from hooklint.cli.options import add_file_options, add_selection_options, write_output
+from hooklint.cli.options import add_fail_on_option, add_file_options, add_selection_options, write_output
 from hooklint.engine import CheckOptions, display_path, run_check
 from hooklint.findings import Finding, Report
 from hooklint.report.svg import ForwardPicture, PictureOp
@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
     g.add_argument("--no-prefilter", dest="prefilter", action="store_false",
                    help="Parse every file, even those whose text cannot hold a finding.")
     g.add_argument("--exit-zero", action="store_true", help="Exit 0 even when there are findings.")
+    add_fail_on_option(g)
     g.add_argument("-q", "--quiet", action="store_true", help="Print nothing but errors.")
     check_cli.add_target_version_option(g)
     # The layers that add options to `check` (graph analysis, parallelism), but
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"Wrote {args.output_file}: {len(report.findings)} finding"
                          f"{'s' if len(report.findings) != 1 else ''} in {files} file{'s' if files != 1 else ''} "
                          f"({report.files_checked} checked).\n")
-    return check_cli.exit_code(report, args.exit_zero)
+    return check_cli.exit_code(report, args.exit_zero, options.config)
 
 
 def _capture_graph_facts(options: CheckOptions) -> dict[str, Any]:

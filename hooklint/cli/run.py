@@ -19,7 +19,13 @@ import os
 import sys
 
 from hooklint.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, SUBCOMMANDS
-from hooklint.cli.options import add_output_options, add_selection_options, config_from_args, write_output
+from hooklint.cli.options import (
+    add_fail_on_option,
+    add_output_options,
+    add_selection_options,
+    config_from_args,
+    write_output,
+)
 
 
 def add_parser(sub) -> None:
@@ -35,12 +41,14 @@ def add_parser(sub) -> None:
     add_selection_options(p)
     add_output_options(p)
     g = p.add_argument_group("behaviour")
-    g.add_argument("--config", metavar="FILE", help="Read configuration from FILE instead of the nearest "
-                   "pyproject.toml / hooklint.toml.")
+    g.add_argument("--config", action="append", metavar="FILE | KEY=VALUE",
+                   help="Read configuration from FILE instead of the nearest pyproject.toml / hooklint.toml; or "
+                        "set one key inline, as TOML (`--config 'select = [\"HKL1\"]'`). Repeatable.")
     g.add_argument("--isolated", action="store_true", help="Ignore all configuration files.")
     g.add_argument("--fail-on-findings", action="store_true",
-                   help="Exit 1 when the script succeeded but findings were reported (default: the script's "
-                   "own exit status).")
+                   help="Exit 1 when the script succeeded but findings at or above `fail-on` were reported "
+                   "(default: the script's own exit status).")
+    add_fail_on_option(g)
     g.add_argument("-q", "--quiet", action="store_true", help="No summary line on stderr.")
     d = p.add_argument_group("distributed")
     d.add_argument("--nproc", type=int, metavar="N",
@@ -99,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     failure = script_failure(outcome, session.observations)
     with own.installed():
         _emit(report, config.output_format, args, script or f"-m {module}", failure)
-    if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
+    if outcome.exit_code == 0 and args.fail_on_findings and any(config.fails(f.severity) for f in report.findings):
         return EXIT_FINDINGS
     return outcome.exit_code
 
@@ -146,7 +154,7 @@ def _run_distributed(args: argparse.Namespace, config, codes, script: str | None
     failure = (f"it exited with status {outcome.exit_code}", []) if outcome.exit_code != 0 else None
     _emit(report, config.output_format, args, f"{what} on {args.nproc} process{'es' if args.nproc > 1 else ''}",
           failure)
-    if outcome.exit_code == 0 and args.fail_on_findings and report.findings:
+    if outcome.exit_code == 0 and args.fail_on_findings and any(config.fails(f.severity) for f in report.findings):
         return EXIT_FINDINGS
     return outcome.exit_code
 

@@ -37,7 +37,9 @@ def show_settings(options: CheckOptions, args: argparse.Namespace) -> int:
         first = getattr(args, "stdin_filename", None) or "-"
     lines = [f"Settings for: {first}",
              f"Configuration file: {cfg.source if cfg.source else '(none: defaults)'}",
-             f"Project root: {cfg.root}", "", "[tool.hooklint]"]
+             f"Project root: {cfg.root}",
+             f"Cross-file callers from: {options.project_root or '(no project found: the files of the run only)'}",
+             "", "[tool.hooklint]"]
     for f in fields(cfg):
         if f.name in ("root", "source", "target_version_origin"):
             continue

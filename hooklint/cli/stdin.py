@@ -41,7 +41,7 @@ def check_stdin(options: CheckOptions, args: argparse.Namespace) -> int:
     report = _check(name, shown, data, options, ignored)
     if not (fix or diff):
         emit(report, options, args, sources=_sources(name, shown, data))
-        return exit_code(report, args.exit_zero)
+        return exit_code(report, args.exit_zero, options.config)
 
     fixed = _fix(name, shown, data, report, options, ignored, unsafe=args.unsafe_fixes)
     if diff:
@@ -59,6 +59,10 @@ def check_stdin(options: CheckOptions, args: argparse.Namespace) -> int:
         remaining = report
         remaining.notices.extend(_fix_errors(shown, fixed))
     _write_stdout(new_data)
+    if getattr(args, "fix_only", False):
+        from hooklint.cli.check import emit_fix_only
+
+        return emit_fix_only(remaining, args)
     # stdout is the source: the findings that remain go to stderr
     from hooklint.report import render
     from hooklint.report.text import summary_table, use_color
@@ -67,14 +71,17 @@ def check_stdin(options: CheckOptions, args: argparse.Namespace) -> int:
                             catalog={}, color=use_color(sys.stderr)))
     _write_notices(remaining, args)
     if not getattr(args, "quiet", False):
-        sys.stderr.write(summary_table(remaining))
+        sys.stderr.write(summary_table(remaining, fail_on=options.config.fail_on))
     sys.stderr.flush()
-    return exit_code(remaining, args.exit_zero)
+    code = exit_code(remaining, args.exit_zero, options.config)
+    if code == EXIT_OK and remaining.fixed and getattr(args, "exit_non_zero_on_fix", False):
+        return EXIT_FINDINGS
+    return code
 
 
 def _check(name: str, shown: str, data: bytes, options: CheckOptions, ignored: frozenset[str]) -> Report:
     result = check_file(name, options.codes, display_path=shown, ignored=ignored, prefilter=options.prefilter,
-                        target=options.config.target(), data=data)
+                        target=options.config.target(), data=data, noqa=not options.ignore_noqa)
     return Report(findings=list(result.findings), notices=list(result.notices), files_checked=1)
 
 

@@ -57,6 +57,11 @@ def add_check_options(parser: argparse.ArgumentParser) -> None:
                    help="Print the fixes as a unified diff and change no file; exit 1 if there is any.")
     g.add_argument("--show-fixes", action="store_true",
                    help="With --fix or --diff: list the fixed findings per file on stderr.")
+    g.add_argument("--fix-only", action="store_true",
+                   help="Apply the safe fixes (with --unsafe-fixes, those too) and report nothing else: the "
+                        "findings that remain do not fail the run (errors in the analysis still do). Implies --fix.")
+    g.add_argument("--exit-non-zero-on-fix", action="store_true",
+                   help="With --fix or --fix-only: exit 1 when a fix was applied, even if no finding remains.")
     g.add_argument("--verify", action="store_true",
                    help="With --fix or --diff: prove each fix first by running the model hooklint builds with the "
                         "original and the fixed hook (in a subprocess); apply only the fixes that pass, and those "
@@ -64,6 +69,12 @@ def add_check_options(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
+    if getattr(args, "fix_only", False):
+        args.fix = True
+    if getattr(args, "exit_non_zero_on_fix", False) and not (getattr(args, "fix", False) or getattr(args, "diff", False)):
+        from hooklint.engine import UsageError
+
+        raise UsageError("--exit-non-zero-on-fix says whether fixes were applied: use it with --fix or --fix-only")
     if not (getattr(args, "fix", False) or getattr(args, "diff", False)):
         if getattr(args, "verify", False):
             from hooklint.engine import UsageError
@@ -111,14 +122,9 @@ def _fixes_see_the_graph(options: CheckOptions, args: argparse.Namespace) -> Non
     if options.static_only:
         return
     if options.graph_provider is None and options.codes & _GRAPH_FIXES:
-        use_cache = not getattr(args, "no_cache", False)
+        from hooklint.graph.cli_options import make_provider
 
-        def provider(files, config):
-            from hooklint.graph.provider import provide_graph_facts
-
-            return provide_graph_facts(files, config, use_cache=use_cache)
-
-        options.graph_provider = provider
+        options.graph_provider = make_provider(args, use_cache=not getattr(args, "no_cache", False))
     inner = options.graph_provider
     if inner is None:
         return
@@ -182,7 +188,7 @@ def _recheck(options: CheckOptions, path: str):
 
     def recheck(text: str) -> list[Finding]:
         return check_text(path, text, options.codes, display_path=display_path(path), ignored=ignored,
-                          prefilter=options.prefilter).findings
+                          prefilter=options.prefilter, noqa=not options.ignore_noqa).findings
 
     return recheck
 

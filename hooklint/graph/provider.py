@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from hooklint.config import Config
 from hooklint.findings import Notice, NoticeLevel
@@ -310,8 +310,14 @@ def _cached_file_facts(value: dict[str, Any]) -> "FileFacts | str":
 
 
 def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = True, timeout: float | None = None,
-                        run: GraphRun | None = None) -> tuple[dict[str, FileFacts], list[Notice]]:
-    """Graph facts for the files that can benefit, and what the user should know."""
+                        run: GraphRun | None = None, announce: Callable[[list[str]], None] | None = None,
+                        progress: Callable[[int, int, str], None] | None = None,
+                        ) -> tuple[dict[str, FileFacts], list[Notice]]:
+    """Graph facts for the files that can benefit, and what the user should know.
+
+    ``announce(files)`` is called once, before the first of the user's files
+    is imported (never when everything comes from the cache);
+    ``progress(done, total, path)`` before each file is imported."""
     from hooklint.graph.project import ProjectIndex
 
     run = run if run is not None else GraphRun()
@@ -365,10 +371,16 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     if factory_key is not None and cache is not None:
         factory_models = cache.get(factory_key, lambda hit: [ModelFacts.from_dict(m) for m in hit])
     if todo or (config.models and factory_models is None):
+        if announce is not None:
+            announce([_display(path) for path in todo])
         pool = WorkerPool(config.memory_limit, config.root, run)
         try:
-            for path in todo:
+            for done, path in enumerate(todo):
+                if progress is not None:
+                    progress(done, len(todo), _display(path))
                 facts[path] = _analyse_file(pool, path, config, timeout, cache, run)
+            if progress is not None and todo:
+                progress(len(todo), len(todo), "")
             if config.models and factory_models is None:
                 factory_models = _analyse_factories(pool, config, timeout, cache, factory_key, notices)
         finally:
@@ -386,6 +398,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
+    notices.extend(_cached_info(list(facts.values())))
     return facts, _notebook_rows(notices, facts)
 
 
@@ -419,13 +432,26 @@ def cached_facts_for_text(path: str, data: bytes, config: Config, version: str |
     cache = _cache_for(config, version, True, config.timeout) if version is not None else None
     if cache is None:
         return None
-    hit = cache.get(content_key(cache, path, data))
-    if hit is None or hit.get("not_candidate"):
+    hit = cache.get(content_key(cache, path, data), _cached_file_facts)
+    if hit is None or hit == "not a candidate":
         return None
-    found = FileFacts.from_dict(hit)
+    found = hit
     found.path = _display(path)
     found.cached = True
     return found
+
+
+def _cached_info(found: list[FileFacts]) -> list[Notice]:
+    """What a warm run says about the models whose facts came from the cache:
+    their details were said when they were analysed, so one line for the run."""
+    files = [item for item in found if item.cached and item.error is None and _model_parts(item)]
+    if not files:
+        return []
+    names = ", ".join(item.path for item in files[:_LISTED_FILES])
+    more = f" and {len(files) - _LISTED_FILES} more" if len(files) > _LISTED_FILES else ""
+    return [Notice(files[0].path, f"graph: from the cache, models of {len(files)} file{'s' if len(files) != 1 else ''} "
+                   f"({names}{more}) analysed without a full fx trace or not at all, as said when they were "
+                   "analysed (`hooklint graph FILE` shows them; --no-cache analyses again)", NoticeLevel.INFO)]
 
 
 _LISTED_FILES = 3
@@ -541,6 +567,14 @@ def _file_notices(found: FileFacts) -> list[Notice]:
         return [Notice(found.path, found.error + (cached if found.error_kind in _CACHED_FAILURES else ""),
                        NoticeLevel.ERROR)]
     out = [Notice(found.path, u.reason + cached, NoticeLevel.ERROR) for u in found.unanalysed if u.kind == "timeout"]
+    parts = _model_parts(found)
+    if parts and not found.cached:  # a cached file's are folded into one line (_cached_info)
+        out.append(Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO))
+    return out
+
+
+def _model_parts(found: FileFacts) -> list[str]:
+    """The informational remarks about one file's models (how each was analysed)."""
     parts = []
     for model in found.models:
         if model.method != "fx":
@@ -550,9 +584,7 @@ def _file_notices(found: FileFacts) -> list[Notice]:
     reported = [u for u in found.unanalysed if u.reason != "defines no forward (a base class)" and u.kind != "timeout"]
     if reported:
         parts.append("not analysed: " + "; ".join(f"{u.class_name} ({u.reason})" for u in reported))
-    if parts:
-        out.append(Notice(found.path, "graph: " + "; ".join(parts), NoticeLevel.INFO))
-    return out
+    return parts
 
 
 @dataclass

@@ -23,10 +23,25 @@ _BLUE = "\x1b[34m"
 _DIM = "\x1b[2m"
 
 
+# `--color`: "auto" decides per stream; "always" and "never" win over the environment.
+_color_choice = "auto"
+
+
+def set_color_choice(choice: str) -> None:
+    global _color_choice
+    _color_choice = choice
+
+
 def use_color(stream) -> bool:
+    """Colour for ``stream``: ``--color always/never`` first; then NO_COLOR
+    (set and not empty: no colour, https://no-color.org), then FORCE_COLOR
+    (set, not empty and not ``0``: colour even when not a terminal), then
+    whether the stream is a terminal."""
+    if _color_choice != "auto":
+        return _color_choice == "always"
     if os.environ.get("NO_COLOR"):
         return False
-    if os.environ.get("FORCE_COLOR"):
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
         return True
     return hasattr(stream, "isatty") and stream.isatty()
 
@@ -117,15 +132,16 @@ def render_full(report: Report, sources, color: bool = False) -> str:
     return "\n".join(chunks)
 
 
-def summary_table(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True) -> str:
-    """Counts by rule and one closing line, for stderr.
+def summary_table(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True, table: bool = True,
+                  fail_on: str | None = None) -> str:
+    """Counts by rule (unless ``table`` is False) and one closing line, for stderr.
 
     "All checks passed" only when there is nothing to say: no finding, no
     error (a file or model that could not be analysed) and nothing skipped."""
     parts: list[str] = []
-    if report.findings:
+    if report.findings and table:
         parts.append(_rule_table(report))
-    parts.append(summary_line(report, fix_hint=fix_hint, unsafe_hint=unsafe_hint))
+    parts.append(summary_line(report, fix_hint=fix_hint, unsafe_hint=unsafe_hint, fail_on=fail_on))
     if report.fixed:
         parts.insert(0, f"Fixed {report.fixed} finding{'s' if report.fixed != 1 else ''}.")
     return "\n".join(parts) + "\n"
@@ -150,7 +166,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def summary_line(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True) -> str:
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.ERROR: 2}
+
+
+def _passing(findings: list[Finding], fail_on: str | None) -> int:
+    """How many findings are below `fail-on` (printed, not failing the run)."""
+    if fail_on is None:
+        return 0
+    floor = _SEVERITY_RANK[Severity(fail_on)]
+    return sum(1 for f in findings if _SEVERITY_RANK[f.severity] < floor)
+
+
+def summary_line(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = True,
+                 fail_on: str | None = None) -> str:
     findings = report.findings
     checked = f"{report.files_checked} checked" if findings else f"{_plural(report.files_checked, 'file')} checked"
     errors = report.count_notices(NoticeLevel.ERROR)
@@ -175,6 +203,11 @@ def summary_line(report: Report, *, fix_hint: bool = True, unsafe_hint: bool = T
             line += f" {n_unsafe} more with `--unsafe-fixes`."
         if problems:
             line += f" Also {' and '.join(problems)} (see above)."
+        passing = _passing(findings, fail_on)
+        if passing:
+            everything = "none fails" if passing == len(findings) else \
+                f"{passing} of them {'does' if passing == 1 else 'do'} not fail"
+            line += f" Below `fail-on = \"{fail_on}\"`: {everything} the run."
         return line
     if errors:
         return f"No findings, but the results are incomplete: {' and '.join(problems)} (see above; {checked})."

@@ -36,6 +36,7 @@ _RULE_MODULES = (
     "hooklint.rules.grads_diverge_across_ranks",
     "hooklint.rules.grad_edit_races_allreduce",
     "hooklint.rules.param_hook_under_fsdp",
+    "hooklint.rules.unused_noqa",
 )
 
 

@@ -81,7 +81,10 @@ class _Prefilter:
 def _prefilter(codes: frozenset[str]) -> _Prefilter:
     words: set[str] = set()
     patterned: dict[tuple[tuple[str, ...], str], re.Pattern[str]] = {}
-    for rule in _static_rules(codes):
+    # rules judged by the driver after the others (HKL003) have trigger words too
+    driver_rules = tuple(rule for rule in all_rules() if rule.code in codes and rule.check is Rule.check
+                         and rule.triggers)
+    for rule in (*_static_rules(codes), *driver_rules):
         if rule.trigger_pattern is None:
             words.update(rule.triggers)
         else:
@@ -196,12 +199,14 @@ def check_text(
     on_disk: bool = True,
     project_answers: dict[str, Any] | None = None,
     summarize: bool = False,
+    noqa: bool = True,
 ) -> FileResult:
     """Check one text.  ``target``: the Python version whose syntax is valid
     (None: the running Python's).  ``notebook``: set when ``text`` is a
     notebook's Python text (:mod:`hooklint.static.notebook`); findings are then
     placed in cells.  ``on_disk``: False when the file at ``path`` may not hold
-    this text (stdin)."""
+    this text (stdin).  ``noqa``: False ignores every ``# noqa`` comment
+    (``--ignore-noqa``)."""
     display = display_path or path
     # Given a file name, CPython reads that file back to place some syntax
     # errors: a notebook's file is JSON, and stdin's named file is not the text.
@@ -217,7 +222,8 @@ def check_text(
         return result
     # After the prefilter: a file it rules out has no finding for a `# noqa` to
     # silence, and scanning every file's text again cost a third of the run.
-    result.notices.extend(_unknown_noqa_notices(display, text, notebook))
+    if noqa:
+        result.notices.extend(_unknown_noqa_notices(display, text, notebook))
     if len(text) > MAX_PARSED_CHARS:
         result.notices.append(Notice(display, f"the file has {len(text) / 2 ** 20:.1f} M characters, more than the "
                                      f"{MAX_PARSED_CHARS // 2 ** 20} M hooklint parses (generated code?); not checked",
@@ -237,7 +243,11 @@ def check_text(
             result.asked = ctx.project.asked
     finally:
         ctx.close()
-    result.findings = _placed(apply_noqa(text, findings), notebook, display) + syntax_findings
+    if noqa:
+        if UNUSED_NOQA in active:
+            findings = findings + _unused_noqa(display, text, findings, active, graph)
+        findings = apply_noqa(text, findings)
+    result.findings = _placed(findings, notebook, display) + syntax_findings
     return result
 
 
@@ -270,6 +280,22 @@ def _parse(text: str, display: str, parse_name: str, target: tuple[int, int] | N
         result.notices.extend(skipped)
     result.findings = _placed(result.findings, notebook, display) + syntax_findings
     return None
+
+
+UNUSED_NOQA = "HKL003"
+
+
+def _unused_noqa(display: str, text: str, findings: list[Finding], active: frozenset[str], graph: Any) -> list[Finding]:
+    """HKL003: ``# noqa`` codes of enabled rules this run decided (rules that
+    read the model graph only when it was analysed) with no finding on their line."""
+    from hooklint.findings import Origin
+    from hooklint.rules.unused_noqa import UnusedNoqaRule
+
+    decided = frozenset(
+        rule.code for rule in all_rules() if rule.code in active
+        and (rule.check is not Rule.check or rule.code in ("HKL001", "HKL002"))
+        and (graph is not None or Origin.GRAPH not in rule.origins))
+    return UnusedNoqaRule.report(display, text, findings, decided)
 
 
 def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) -> list[Notice]:
@@ -430,6 +456,7 @@ def check_file(
     data: bytes | None = None,
     project_answers: dict[str, Any] | None = None,
     summarize: bool = False,
+    noqa: bool = True,
 ) -> FileResult:
     """Check a file (a Jupyter notebook when its name ends in ``.ipynb``);
     ``data``: its bytes when already read."""
@@ -440,7 +467,7 @@ def check_file(
         return source_error_result(display, err, codes, ignored)
     return check_text(path, text, codes, display_path=display, ignored=ignored, graph=graph, prefilter=prefilter,
                       target=target, notebook=notebook, on_disk=data is None, project_answers=project_answers,
-                      summarize=summarize)
+                      summarize=summarize, noqa=noqa)
 
 
 def source_error_result(display: str, err: SourceError, codes: frozenset[str],

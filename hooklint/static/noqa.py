@@ -183,3 +183,101 @@ def _comment_layout(text: str) -> tuple[dict[int, tuple[int, str]], set[int]]:
         if row not in comments and line.rstrip().endswith("\\") and row not in blocked:
             blocked.add(row)
     return comments, blocked
+
+
+# ---------------------------------------------------------------- unused `# noqa` codes (HKL003)
+
+
+@dataclass(frozen=True)
+class NoqaDirective:
+    """A line-level ``# noqa: CODES`` comment; columns are 0-based character
+    offsets in its line, ends exclusive."""
+
+    row: int
+    line: str
+    comment: tuple[int, int]  # the whole comment token
+    span: tuple[int, int]  # the `# noqa: CODES` part
+    codes: tuple[tuple[str, int, int], ...]  # each code as written, with its columns
+
+
+@dataclass(frozen=True)
+class UnusedNoqa:
+    directive: NoqaDirective
+    unused: tuple[str, ...]  # the codes as written, in order
+    start: int  # the edit that removes them: columns in the line, and the new text
+    end: int
+    replacement: str
+
+
+def noqa_directives(text: str) -> list[NoqaDirective]:
+    """Every line-level ``# noqa`` comment that names codes (a bare ``# noqa``
+    and the file-level ``# hooklint: noqa`` are not included)."""
+    if "noqa" not in text.lower():
+        return []
+    from hooklint.static.source import python_lines
+
+    lines = python_lines(text)
+    out = []
+    try:
+        tokens = [tok for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if tok.type == tokenize.COMMENT and "noqa" in tok.string.lower()]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return []  # only files that parse get here; be silent rather than guess
+    for tok in tokens:
+        row, col = tok.start
+        if _FILE_RE.match(tok.string.strip()) or not 1 <= row <= len(lines):
+            continue
+        match = _LINE_RE.search(tok.string)
+        if match is None or not match.group("codes"):
+            continue
+        base = col + match.start("codes")
+        codes = tuple((m.group(0), base + m.start(), base + m.end()) for m in _CODE_RE.finditer(match.group("codes")))
+        out.append(NoqaDirective(row, lines[row - 1], (col, col + len(tok.string)),
+                                 (col + match.start(), col + match.end()), codes))
+    return out
+
+
+def unused_noqa(text: str, used: dict[int, set[str]], checkable: frozenset[str],
+                never: frozenset[str] = frozenset()) -> list[UnusedNoqa]:
+    """The ``# noqa`` codes that silence nothing: an HKL code in
+    ``checkable`` (enabled, and decided by this run) with no finding of that
+    code starting on the line (``used``: row -> codes found there before
+    ``# noqa`` applied), or named twice.  Other tools' codes are theirs."""
+    out = []
+    for directive in noqa_directives(text):
+        found = used.get(directive.row, set())
+        seen: set[str] = set()
+        unused = []
+        for code, start, end in directive.codes:
+            upper = code.upper()
+            if upper.startswith("HKL") and upper not in never:
+                if upper in seen or (upper in checkable and upper not in found):
+                    unused.append((code, start, end))
+            seen.add(upper)
+        if unused:
+            start, end, replacement = _removal(directive, unused)
+            out.append(UnusedNoqa(directive, tuple(c for c, _s, _e in unused), start, end, replacement))
+    return out
+
+
+def _removal(directive: NoqaDirective, unused: list[tuple[str, int, int]]) -> tuple[int, int, str]:
+    """(start, end, new text) in the line: the codes left, or the directive gone."""
+    gone = {(start, end) for _code, start, end in unused}
+    kept = [code for code, start, end in directive.codes if (start, end) not in gone]
+    codes_start, codes_end = directive.codes[0][1], directive.codes[-1][2]
+    if kept:
+        return codes_start, codes_end, ", ".join(kept)
+    line = directive.line
+    comment_start, comment_end = directive.comment
+    start, end = directive.span
+    before, after = line[comment_start:start], line[end:comment_end]
+    after_ws = len(after) - len(after.lstrip())
+    if not before.strip():
+        if not after.strip():  # the comment is the directive: remove it and the spaces before it
+            return len(line[:comment_start].rstrip()), comment_end, ""
+        if after.lstrip().startswith("#"):  # `# noqa: HKL101  # type: ignore`
+            return start, end + after_ws, ""
+        return start, end + after_ws, "# "  # `# noqa: HKL101 because ...` stays a comment
+    if not after.strip():  # `# type: ignore  # noqa: HKL101`
+        return start - (len(before) - len(before.rstrip())), end, ""
+    return start, end + after_ws, ""

@@ -19,6 +19,7 @@ the same questions get the same answers (``hooklint.results_cache``).
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -140,10 +141,15 @@ class ProjectIndex:
             self.add(summary)
 
     def add(self, summary: dict[str, Any]) -> None:
-        # Two files can claim one module name (two folders of scripts): the first
-        # defines it; the other's call sites still count, keyed by what they call.
-        self.modules.setdefault(summary["module"], summary)
-        self._all.append(summary)
+        # Two files can claim one module name (two folders of scripts): the one
+        # whose path sorts first defines it, whatever order the files came in
+        # (a run over one file and a run over the project must agree); the
+        # other's call sites still count, keyed by what they call.
+        known = self.modules.get(summary["module"])
+        if known is None or summary["path"] < known["path"]:
+            self.modules[summary["module"]] = summary
+        # in path order, for the same reason: ties between reasons go the same way in every run
+        bisect.insort(self._all, summary, key=_summary_path)
         self._forget_names()
         self.changed()
 
@@ -506,6 +512,10 @@ class ProjectIndex:
             if len(subclasses) <= MAX_SUBCLASS_NAMES:  # a framework's base class: its users are not followed
                 names.update(sub.rsplit(".", 1)[-1] for sub in subclasses)
         return {n for n in names if n.isidentifier()}
+
+
+def _summary_path(summary: dict[str, Any]) -> str:
+    return summary["path"]
 
 
 def _is_self(name: str) -> bool:

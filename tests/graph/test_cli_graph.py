@@ -105,3 +105,85 @@ def test_no_graph_analysis_when_no_enabled_rule_reads_the_graph(project, monkeyp
     monkeypatch.setattr(provider, "provide_graph_facts", refuse)
     code = main(["check", str(project / "legacy_hooks.py"), "--select", "HKL101", "--output-format", "concise"])
     assert code == 1 and "HKL101" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- saying when the user's code runs
+
+def test_a_run_that_imports_code_says_so_first_and_once(project):
+    cold = run_cli("check", "legacy_hooks.py", "untraceable.py", "--output-format", "concise", cwd=project)
+    lines = cold.stderr.splitlines()
+    assert lines[0].startswith("hooklint: importing your code (legacy_hooks.py, untraceable.py) to trace its "
+                               "models with torch"), cold.stderr
+    assert "`--static-only` or `static-only = true` in [tool.hooklint] turns this off" in lines[0]
+    assert sum("hooklint: importing" in line for line in lines) == 1
+    # from the cache: nothing is imported, nothing to say
+    warm = run_cli("check", "legacy_hooks.py", "untraceable.py", "--output-format", "concise", cwd=project)
+    assert "hooklint: importing" not in warm.stderr and warm.stdout == cold.stdout
+    quiet = run_cli("check", "legacy_hooks.py", "--no-cache", "-q", cwd=project)
+    assert "importing" not in quiet.stderr and "HKL102" in quiet.stdout
+
+
+def test_static_only_in_the_configuration(project, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise AssertionError("`static-only = true` must not import or run user code")
+
+    (project / "hooklint.toml").write_text("static-only = true\n")
+    monkeypatch.setattr(provider, "provide_graph_facts", refuse)
+    code = main(["check", str(project / "legacy_hooks.py"), "--output-format", "concise"])
+    captured = capsys.readouterr()
+    assert code == 1 and "HKL102" in captured.out and "importing" not in captured.err
+
+
+def test_progress_on_request_never_with_a_machine_format(project):
+    shown = run_cli("check", "legacy_hooks.py", "untraceable.py", "--progress", "--no-cache",
+                    "--output-format", "concise", cwd=project)
+    assert "hooklint: graph 1/2: importing legacy_hooks.py" in shown.stderr
+    assert "hooklint: graph 2/2: importing untraceable.py" in shown.stderr
+    machine = run_cli("check", "legacy_hooks.py", "--progress", "--no-cache", "--output-format", "json",
+                      cwd=project)
+    assert "graph 1/1" not in machine.stderr and json.loads(machine.stdout)
+    plain = run_cli("check", "legacy_hooks.py", "--no-cache", "--output-format", "concise", cwd=project)
+    assert "graph 1/1" not in plain.stderr  # not a terminal, no --progress
+
+
+def test_a_warm_run_says_the_cached_graph_notes_once(project):
+    cold = run_cli("check", "untraceable.py", "legacy_hooks.py", "--output-format", "concise", cwd=project)
+    assert "hooklint: info: untraceable.py: graph: Gated analysed by running a forward" in cold.stderr
+    warm = run_cli("check", "untraceable.py", "legacy_hooks.py", "--output-format", "concise", cwd=project)
+    assert "Gated analysed by running a forward" not in warm.stderr
+    notes = [line for line in warm.stderr.splitlines() if "graph:" in line]
+    assert notes == ["hooklint: info: untraceable.py: graph: from the cache, models of 1 file (untraceable.py) "
+                     "analysed without a full fx trace or not at all, as said when they were analysed "
+                     "(`hooklint graph FILE` shows them; --no-cache analyses again)"], warm.stderr
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten(project):
+    """stderr a terminal (a pseudo-terminal here): the line is rewritten in
+    place and erased at the end, without --progress."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "hooklint", "check", "--no-cache", "--output-format", "concise",
+                             "legacy_hooks.py", "untraceable.py"], cwd=project, env=env, stdout=subprocess.PIPE,
+                            stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.stdout.read()
+    proc.wait(timeout=120)
+    os.close(master)
+    text = seen.decode()
+    assert "\r\x1b[Khooklint: graph 1/2: importing legacy_hooks.py" in text, text
+    assert "\r\x1b[Khooklint: graph 2/2: importing untraceable.py" in text, text
+    assert text.index("hooklint: importing your code") < text.index("graph 1/2")  # the notice comes first

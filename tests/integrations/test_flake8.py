@@ -84,3 +84,30 @@ def test_clean_file(project):
     (project / "clean.py").write_text("import torch\nx = torch.ones(2, requires_grad=True)\n")
     r = flake8(project, "--select", "HKL", "clean.py")
     assert r.returncode == 0 and r.stdout == ""
+
+
+INFO_ONLY = """\
+class Saliency:
+    def __init__(self, model, target_layer):
+        self.model = model
+        self.handle = target_layer.register_full_backward_hook(self.save)
+
+    def save(self, module, grad_input, grad_output):
+        self.grad = grad_output[0]
+
+    def remove(self):
+        self.handle.remove()
+"""
+
+
+def test_fail_on_decides_what_flake8_sees(tmp_path):
+    """flake8 fails on every code it prints: info findings (HKL405) stay out
+    unless `fail-on = "info"`, as they do not fail `hooklint check`."""
+    (tmp_path / "saliency.py").write_text(INFO_ONLY)
+    ours = run_cli("check", "--static-only", "--output-format", "concise", "saliency.py", cwd=tmp_path)
+    assert ours.returncode == 0 and "HKL405" in ours.stdout, ours.stdout + ours.stderr
+    r = flake8(tmp_path, "--select", "HKL", "saliency.py")
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+    (tmp_path / "hooklint.toml").write_text('fail-on = "info"\n')
+    r = flake8(tmp_path, "--select", "HKL", "saliency.py")
+    assert r.returncode == 1 and ":4:36: HKL405 " in r.stdout, r.stdout + r.stderr

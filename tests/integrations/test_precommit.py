@@ -134,25 +134,39 @@ NOTEBOOK = {
 }
 
 
-def readme_snippet() -> str:
-    """The .pre-commit-config.yaml block of the README, exactly as written there."""
+def readme_blocks() -> list[str]:
     import re
     import textwrap
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    for block in re.findall(r"```yaml\n(.*?)```", text, re.S):
-        block = textwrap.dedent(block)
+    return [textwrap.dedent(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+
+
+def readme_snippet() -> str:
+    """The .pre-commit-config.yaml block of the README, exactly as written there."""
+    for block in readme_blocks():
         if block.startswith("# .pre-commit-config.yaml"):
             return block
     raise AssertionError("the README has no .pre-commit-config.yaml snippet")
 
 
+def readme_remote_snippet() -> str:
+    """The README's other form: hooklint's own repository at a commit."""
+    for block in readme_blocks():
+        if block.startswith("- repo: https://github.com/hooklint/hooklint"):
+            return "repos:\n" + block
+    raise AssertionError("the README has no snippet with hooklint's repository")
+
+
 def run_readme_config(project: Path, hooks_repo: Path, home: Path, config: str, *files: str):
-    """The snippet with `repo:` and `rev:` pointing at the package under test
-    (the only two values a user would not copy as they are)."""
+    """The snippet; in the remote form, with `repo:` and `rev:` pointing at the
+    package under test (the only two values a user would not copy as they are)."""
+    import re
+
     rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=hooks_repo, capture_output=True, text=True,
                          check=True).stdout.strip()
-    config = config.replace("https://github.com/hooklint/hooklint", str(hooks_repo)).replace("v0.1.0", rev)
+    config = config.replace("https://github.com/hooklint/hooklint", str(hooks_repo))
+    config = re.sub(r"rev: [0-9a-f]{40}", f"rev: {rev}", config)
     (project / ".pre-commit-config.yaml").write_text(config)
     env = dict(os.environ, PRE_COMMIT_HOME=str(home), PRE_COMMIT_COLOR="never", NO_COLOR="1")
     env.pop("HOOKLINT_STRICT", None)
@@ -168,7 +182,7 @@ def test_readme_snippet_as_written(project, hooks_repo, pre_commit_home):
     (project / "nb.ipynb").write_text(json.dumps(NOTEBOOK, indent=1) + "\n")
     git(project, "add", "-A")
     config = readme_snippet()
-    assert "- id: hooklint " in config
+    assert "- id: hooklint " in config and "repo: local" in config
     r = run_readme_config(project, hooks_repo, pre_commit_home, config, "buggy.py", "clean.py", "nb.ipynb",
                           "notes.txt")
     out = r.stdout + r.stderr
@@ -180,14 +194,37 @@ def test_readme_snippet_as_written(project, hooks_repo, pre_commit_home):
 
 @pytest.mark.torch
 def test_readme_snippet_with_the_graph_hook(project, hooks_repo, pre_commit_home):
-    """The commented-out `hooklint-graph` line, switched on: `language: system`
+    """The commented-out `hooklint-graph` hook, switched on: `language: system`
     runs the hooklint installed next to torch, with the graph layer."""
     config = readme_snippet()
     assert "# - id: hooklint-graph" in config
-    config = config.replace("# - id: hooklint-graph", "- id: hooklint-graph")
+    config = _uncomment_graph_hook(config)
     r = run_readme_config(project, hooks_repo, pre_commit_home, config, "buggy.py")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "hooklint (with model graphs)" in out and out.count("buggy.py:7:7: HKL101") == 2, out
     r = run_readme_config(project, hooks_repo, pre_commit_home, config, "clean.py")
     assert r.returncode == 0 and r.stdout.count("Passed") == 2, r.stdout + r.stderr
+
+
+def _uncomment_graph_hook(config: str) -> str:
+    """The commented-out `hooklint-graph` hook of the snippet, switched on."""
+    lines = config.splitlines()
+    start = next(i for i, line in enumerate(lines) if "# - id: hooklint-graph" in line)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    for i in range(start, len(lines)):
+        line = lines[i]
+        if not line.strip().startswith("#") or len(line) - len(line.lstrip()) != indent:
+            break
+        lines[i] = line[:indent] + line[indent:].replace("# ", "", 1)
+    return "\n".join(lines) + "\n"
+
+
+def test_readme_remote_snippet_with_a_commit(project, hooks_repo, pre_commit_home):
+    """The README's `repo: <hooklint> rev: <commit>` form: pre-commit installs
+    hooklint from the repository's .pre-commit-hooks.yaml at that commit."""
+    config = readme_remote_snippet()
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "buggy.py", "notes.txt")
+    assert r.returncode == 1 and "buggy.py:7:7: HKL101" in r.stdout, r.stdout + r.stderr
+    r = run_readme_config(project, hooks_repo, pre_commit_home, config, "clean.py")
+    assert r.returncode == 0 and "Passed" in r.stdout, r.stdout + r.stderr

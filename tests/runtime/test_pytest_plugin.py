@@ -38,12 +38,41 @@ def test_failing_and_passing_tests(pytester):
     result = pytester.runpytest("--hooklint")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*hooklint observed hook problems in this test: 1 finding.",
+        "*hooklint HKL401: hook problems observed in this test: 1 finding.",
         "*HKL401 hook-mutates-argument: tensor hook `model.scale` on `layer.weight` (shape (2, 4)) modified its "
         "gradient argument `grad` in place*",
         "*at: test_hooks.py:9: layer.weight.register_hook(scale)*",
         "*FAILED test_hooks.py::test_buggy*",
     ])
+
+
+def test_the_short_summary_names_the_code(pytester):
+    pytester.makepyfile(test_hooks=BUGGY_AND_CLEAN)
+    result = pytester.runpytest("--hooklint", "-rf")
+    result.stdout.fnmatch_lines(["FAILED test_hooks.py::test_buggy - Failed: hooklint HKL401: *"])
+
+
+LEGACY = """
+import torch
+
+def test_legacy_hook():
+    layer = torch.nn.Linear(4, 2)
+    layer.register_backward_hook(lambda m, gi, go: None)  # HKL101, a warning
+    layer(torch.rand(3, 4, requires_grad=True)).sum().backward()
+"""
+
+
+def test_fail_on_decides_which_findings_fail_a_test(pytester):
+    pytester.makepyfile(test_legacy=LEGACY)
+    result = pytester.runpytest("--hooklint")
+    result.assert_outcomes(failed=1)  # fail-on = "warning", the default
+    result.stdout.fnmatch_lines(["*Failed: hooklint HKL101: *"])
+    passed = pytester.runpytest("--hooklint", "--hooklint-fail-on=error")
+    passed.assert_outcomes(passed=1, warnings=1)
+    passed.stdout.fnmatch_lines(["*HooklintFindings: hooklint HKL101: below `fail-on = \"error\"`, not failing "
+                                 "the test: 1 finding.*"])
+    pytester.makepyprojecttoml('[tool.hooklint]\nfail-on = "error"\n')
+    pytester.runpytest("--hooklint").assert_outcomes(passed=1, warnings=1)
 
 
 def test_without_the_option_nothing_fails(pytester):

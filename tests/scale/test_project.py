@@ -124,7 +124,8 @@ def test_a_warm_run_reads_and_parses_nothing(project, monkeypatch):
     warm, options = check(project)
     assert counters.read == [] and counters.parsed == []
     assert leaks(warm) == leaks(cold) and len(leaks(warm)) == 2
-    assert options.extra["project_pass"] == {"searched": 0, "summarized": 0, "refined": 0, "rechecked": 0}
+    assert options.extra["project_pass"] == {"searched": 0, "summarized": 0, "refined": 0, "rechecked": 0,
+                                            "context": 0}
 
 
 def test_an_edit_of_the_caller_reaches_the_cached_library_result(project, monkeypatch):
