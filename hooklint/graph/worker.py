@@ -29,6 +29,11 @@ overruns by more (code the alarm cannot interrupt).
 
 from __future__ import annotations
 
+from hooklint.safe_path import drop_working_folder
+
+drop_working_folder()
+
+# (the imports below come after the working folder left sys.path)
 import importlib
 import json
 import os
@@ -42,21 +47,6 @@ from typing import Any, Callable, Iterator, NamedTuple
 class OverBudget(BaseException):
     """A step of model code ran past its time.  A BaseException, so that the
     model's own ``except Exception:`` does not swallow it."""
-
-
-def _limit_resources(memory_mib: int) -> None:
-    import resource
-
-    if memory_mib > 0:
-        limit = memory_mib * 1024 * 1024
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ValueError, OSError):
-            pass
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
 
 
 class Worker:
@@ -201,18 +191,29 @@ class WorkerStart(NamedTuple):
     close: Callable[[], None]
     memory_mib: int
     torch: Any  # the module, or None when it does not import
+    sandbox: Any  # hooklint.sandbox.Status: what the kernel enforces
+    scratch: str
+    channels: tuple[int, ...]  # the parent's pipes, which a child for one file closes
 
 
 def start_worker(argv: list[str] | None) -> WorkerStart:
     """The set-up every hooklint worker process shares (the graph worker, the
-    fixes' proof): replies on ``HOOKLINT_RESULT_FD``, requests on the real
-    stdin while user code reading stdin gets end-of-file, no bytecode written
-    next to the user's files, an argv that is not the user's, the memory
-    limit, and torch on one thread.  ``torch`` is None when it does not
-    import (a ``fatal`` event is sent: the caller exits 1)."""
+    fixes' proof): first the sandbox (``HOOKLINT_SANDBOX``: auto, require,
+    off; :mod:`hooklint.sandbox`), while this process has one thread; replies
+    on ``HOOKLINT_RESULT_FD``, requests on the real stdin while user code
+    reading stdin gets end-of-file, no bytecode written next to the user's
+    files, an argv that is not the user's, and torch on one thread.
+    ``torch`` is None when it does not import, or when ``require`` finds the
+    sandbox incomplete (a ``fatal`` event is sent: the caller exits 1)."""
+    from hooklint.sandbox.confine import enter_worker
+
     argv = sys.argv[1:] if argv is None else argv
     memory_mib = int(argv[0]) if argv else 0
-    out = os.fdopen(int(os.environ["HOOKLINT_RESULT_FD"]), "w", encoding="utf-8", buffering=1)
+    mode = os.environ.get("HOOKLINT_SANDBOX", "auto")
+    scratch = os.environ.get("HOOKLINT_SCRATCH") or os.getcwd()
+    status = enter_worker(scratch, memory_mib, mode, int(os.environ.get("HOOKLINT_PARENT_PID", "0") or 0))
+    result_fd = int(os.environ["HOOKLINT_RESULT_FD"])
+    out = os.fdopen(result_fd, "w", encoding="utf-8", buffering=1)
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message, ensure_ascii=False) + "\n")
@@ -225,7 +226,11 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
     sys.dont_write_bytecode = True
     # argparse in model code sees no options
     sys.argv = [sys.argv[0]]
-    _limit_resources(memory_mib)
+    channels = (result_fd, requests.fileno())
+    if mode == "require" and not status.complete:
+        send({"event": "fatal", "kind": "sandbox", "message": "; ".join(status.missing),
+              "sandbox": status.to_dict()})
+        return WorkerStart(send, requests, out.close, memory_mib, None, status, scratch, channels)
     import faulthandler
 
     faulthandler.enable(sys.stderr)
@@ -236,31 +241,54 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
         import torch.fx  # noqa: F401 - fail now, not inside the first model
     except BaseException as exc:  # noqa: BLE001
         send({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
-        return WorkerStart(send, requests, out.close, memory_mib, None)
-    return WorkerStart(send, requests, out.close, memory_mib, torch)
+        return WorkerStart(send, requests, out.close, memory_mib, None, status, scratch, channels)
+    return WorkerStart(send, requests, out.close, memory_mib, torch, status, scratch, channels)
+
+
+def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callable], dict[str, Any]]) -> None:
+    """Say ``ready``, then answer each request with ``handle(request, send)``
+    in a fresh process (:mod:`hooklint.sandbox.zygote`).  Call it once the
+    modules every request needs are imported: children share them."""
+    from hooklint.sandbox.zygote import isolation_for, serve
+
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    isolation = isolation_for(threads)
+    start.send({"event": "ready", "torch": start.torch.__version__, "sandbox": start.sandbox.to_dict(),
+                "isolation": isolation})
+    serve(start.requests, start.send, handle, status=start.sandbox, scratch=start.scratch, isolation=isolation,
+          close_in_child=start.channels)
+
+
+def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None], memory_mib: int = 0
+                   ) -> dict[str, Any]:
+    """One request of the graph worker, in the process forked for it."""
+    worker = Worker(send, memory_mib)
+    worker.budget = float(request.get("budget", 60.0))
+    kind = request["kind"]
+    try:
+        if kind == "file":
+            return worker.file(request["path"], request["root"], request.get("pythonpath", []))
+        if kind == "factories":
+            return worker.factories(request["specs"], request["root"], request.get("pythonpath", []))
+        return worker.call(request["function"], request.get("args", {}))
+    except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so
+        return _internal_failure(request, exc, memory_mib)
 
 
 def main(argv: list[str] | None = None) -> int:
-    send, requests, close, memory_mib, torch = start_worker(argv)
-    if torch is None:
+    start = start_worker(argv)
+    if start.torch is None:
         return 1
-    worker = Worker(send, memory_mib)
-    send({"event": "ready", "torch": torch.__version__})
-    for line in requests:
-        request = json.loads(line)
-        worker.budget = float(request.get("budget", 60.0))
-        kind = request["kind"]
-        try:
-            if kind == "file":
-                reply = worker.file(request["path"], request["root"], request.get("pythonpath", []))
-            elif kind == "factories":
-                reply = worker.factories(request["specs"], request["root"], request.get("pythonpath", []))
-            else:
-                reply = worker.call(request["function"], request.get("args", {}))
-        except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
-            reply = _internal_failure(request, exc, memory_mib)
-        send({"event": "result", **reply})
-    close()
+    # what every file needs, imported once here rather than in each child
+    import hooklint.graph.build  # noqa: F401
+    import hooklint.graph.instances  # noqa: F401
+    import hooklint.graph.trace  # noqa: F401
+
+    serve_requests(start, lambda request, send: handle_request(request, send, start.memory_mib))
+    start.close()
     return 0
 
 
