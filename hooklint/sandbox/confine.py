@@ -129,25 +129,30 @@ def enter_worker(scratch: str, memory_mib: int, mode: str, parent_pid: int) -> S
             status.scratch_tmpfs = True
             status.enforced.append(f"scratch tmpfs {SCRATCH_LIMIT_MIB} MiB")
         except OSError as exc:
-            mounts = False
-            status.missing.append(f"no private scratch ({exc.strerror}): scratch is limited per file, not in total")
+            status.missing.append(f"no private scratch ({exc.strerror}): what model code writes is limited per "
+                                  f"file, not in total")
+    else:
+        status.missing.append("no private scratch (no mount namespace): what model code writes is limited per "
+                              "file, not in total")
     try:
         namespaces.drop_capabilities()
     except OSError as exc:
         if os.geteuid() == 0:
             status.missing.append(f"capabilities not dropped ({exc.strerror})")
     abi = abi_version()
+    if read_only:
+        left_open = "only the read-only mounts keep model code from writing outside its scratch folder"
+    else:
+        left_open = "model code can write outside its scratch folder"
     if abi >= 1:
         try:
             _landlock_worker(scratch, abi)
             status.landlock_abi = abi
             status.enforced.append(f"Landlock ABI {abi}")
         except (LandlockError, OSError) as exc:
-            status.missing.append(f"Landlock failed ({exc}): model code can write outside its scratch folder"
-                                  + (" (the mounts are read-only)" if read_only else ""))
+            status.missing.append(f"Landlock failed ({exc.strerror or exc}): {left_open}")
     else:
-        status.missing.append("no Landlock (needs Linux 5.13+ with Landlock enabled): model code can write "
-                              "outside its scratch folder" + (" (the mounts are read-only)" if read_only else ""))
+        status.missing.append(f"no Landlock (needs Linux 5.13+ with Landlock enabled): {left_open}")
     if native_table() is None:
         import platform
 
@@ -234,23 +239,21 @@ def _grant_reads_except(ruleset, hidden: list[str]) -> None:
         for depth in range(len(parts)):
             folder = "/" + "/".join(parts[:depth])
             chains.setdefault(folder, set()).add(parts[depth])
-    hidden_set = set(hidden)
     for folder, skip in chains.items():
         try:
             entries = os.listdir(folder)
         except OSError:
             continue
         for entry in entries:
-            if entry in skip:
+            path = os.path.join(folder, entry)
+            # a rule on a symbolic link would grant its target (pytest's `pytest-current` leads
+            # back into the chain); the target is granted where it really is
+            if entry in skip or os.path.islink(path):
                 continue
             try:
-                ruleset.allow(os.path.join(folder, entry), READ_FILE | READ_DIR)
+                ruleset.allow(path, READ_FILE | READ_DIR)
             except OSError:
                 continue
-        for entry in skip:
-            path = os.path.join(folder, entry).replace("//", "/")
-            if path not in hidden_set and path not in chains and os.path.exists(path):
-                ruleset.allow(path, READ_FILE | READ_DIR)
 
 
 def _landlock_worker(scratch: str, abi: int) -> None:

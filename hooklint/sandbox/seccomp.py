@@ -46,7 +46,8 @@ _COMMON = {  # added in 5.1 or later: one number everywhere
     "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "pidfd_open": 434, "clone3": 435, "pidfd_getfd": 438, "process_madvise": 440, "mount_setattr": 442,
-    "quotactl_fd": 443, "memfd_secret": 447, "process_mrelease": 448, "fchmodat2": 452,
+    "quotactl_fd": 443, "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
+    "memfd_secret": 447, "process_mrelease": 448, "fchmodat2": 452,
     "setxattrat": 463, "removexattrat": 466, "open_tree_attr": 467,
 }
 # The highest number this table knows: anything above is a system call newer than
