@@ -345,7 +345,8 @@ class Prover:
         data = reply.result["verdicts"][0]
         verdict = Verdict(data["status"], data["detail"])
         if key is not None and cache is not None and verdict.status in ("verified", "failed"):
-            cache.put(key, {"status": verdict.status, "detail": verdict.detail}, reply.result.get("deps", {}))
+            cache.put(key, {"status": verdict.status, "detail": verdict.detail}, reply.result.get("deps", {}),
+                      stamps=reply.result.get("imported"))
         return verdict
 
     def close(self) -> None:

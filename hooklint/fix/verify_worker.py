@@ -650,8 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")  # torch's FutureWarning on legacy hooks: the proof says more
-    import hooklint.graph.build  # noqa: F401 - imported once, here, rather than in each child
-    import hooklint.graph.trace  # noqa: F401
+    from hooklint.graph.worker import warm_up
+
+    warm_up()
 
     serve_requests(start, handle_request)
     start.close()

@@ -23,7 +23,7 @@ from hooklint.graph.facts import FileFacts, ModelFacts
 from hooklint.graph.plan import wants_import
 from hooklint.sandbox import NOTICE_KEY, Status, incomplete_notice, refusal, worker_environment
 from hooklint.sandbox.scratch import make_scratch
-from hooklint.sandbox.zygote import SCRATCH_VARIABLES
+from hooklint.sandbox.zygote import KILL_GRACE, SCRATCH_VARIABLES
 from hooklint.static.source import SourceError, read_source
 
 INSTALL_HINT = "pip install 'hooklint[torch]'"
@@ -51,9 +51,8 @@ class GraphRun:
     workers_started: int = 0
 
 
-# How long past its own time budget a step may run before the process running it
-# is killed (the worker's alarm cannot stop code that never returns to Python).
-KILL_GRACE = 5.0
+# KILL_GRACE: how long past its own time budget a step may run before the process
+# running it is killed (the worker's alarm cannot stop code that never returns to Python).
 # With a child per file, the worker kills the child at KILL_GRACE; this parent
 # kills the whole worker only if that did not happen this much later.
 WORKER_GRACE = 10.0
@@ -486,6 +485,7 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
     run.imported.append(path)
     reply = worker.request({"kind": "file", "path": os.path.abspath(path), "root": str(config.root),
                             "pythonpath": config.pythonpath}, timeout)
+    stamps: dict[str, list[int]] = {}
     if reply.status != "ok" or reply.result is None:
         kind, message = _failure(reply, timeout)
         found = FileFacts(display, error=message, error_kind=kind)
@@ -495,11 +495,12 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
         data["path"] = display
         found = FileFacts.from_dict(data)
         deps = reply.result.get("deps") or reply.deps
+        stamps = reply.result.get("imported") or {}
     if cache is not None and (found.error is None or found.error_kind in _CACHED_FAILURES):
         key = file_key(cache, path)
         if key is not None:
             # an import failure may be a package that is not installed yet: installing one retries
-            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import")
+            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import", stamps=stamps)
     return found
 
 
@@ -520,7 +521,8 @@ def _analyse_factories(pool: WorkerPool, config: Config, timeout: float, cache: 
         notices.append(Notice(where, f"model factory `{error['spec']}`: {error['reason']}", NoticeLevel.ERROR))
     models = [ModelFacts.from_dict(m) for m in reply.result.get("models", [])]
     if cache is not None and key is not None and not reply.result.get("errors"):
-        cache.put(key, [m.to_dict() for m in models], reply.result.get("deps", {}))
+        cache.put(key, [m.to_dict() for m in models], reply.result.get("deps", {}),
+                  stamps=reply.result.get("imported"))
     return models
 
 

@@ -245,6 +245,22 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
     return WorkerStart(send, requests, out.close, memory_mib, torch, status, scratch, channels)
 
 
+def prepare(request: dict[str, Any]) -> None:
+    """In the worker, before it forks the child for ``request``: the file's
+    static plan (:func:`hooklint.graph.build.static_plan`), which only reads
+    text.  Whatever goes wrong here, the child meets again and reports."""
+    path = request.get("path")
+    if not isinstance(path, str):
+        return
+    from hooklint.graph.build import static_plan
+
+    try:
+        static_plan(os.path.realpath(path), os.path.realpath(request.get("root", ".")),
+                    tuple(request.get("pythonpath", ())), os.stat(path).st_mtime_ns)
+    except BaseException:  # noqa: BLE001 - hostile text must not end the worker
+        pass
+
+
 def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callable], dict[str, Any]]) -> None:
     """Say ``ready``, then answer each request with ``handle(request, send)``
     in a fresh process (:mod:`hooklint.sandbox.zygote`).  Call it once the
@@ -259,7 +275,7 @@ def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callabl
     start.send({"event": "ready", "torch": start.torch.__version__, "sandbox": start.sandbox.to_dict(),
                 "isolation": isolation})
     serve(start.requests, start.send, handle, status=start.sandbox, scratch=start.scratch, isolation=isolation,
-          close_in_child=start.channels)
+          close_in_child=start.channels, prepare=prepare)
 
 
 def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None], memory_mib: int = 0
@@ -278,15 +294,53 @@ def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], Non
         return _internal_failure(request, exc, memory_mib)
 
 
+def warm_up() -> None:
+    """Pay torch's first-use costs once, here, rather than in every child: fx
+    tracing through ``torch.relu`` builds torch's table of overridable
+    functions (a third of a second), the first convolution picks its
+    kernels, the fallback path turns anomaly mode on.  hooklint's own
+    built-in modules only: no user code runs in this process."""
+    import torch
+    from torch import nn
+
+    import hooklint.graph.build  # noqa: F401 - imported once, here, rather than in each child
+    import hooklint.graph.guard  # noqa: F401
+    import hooklint.graph.instances  # noqa: F401
+    import hooklint.graph.project  # noqa: F401
+    from hooklint.graph.build import describer
+    from hooklint.graph.trace import analyse_model
+
+    class Traced(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.norm = nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
+
+    class Untraceable(nn.Module):  # a data-dependent branch: fx fails, a forward is run
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x) if x.sum() > 0 else -self.fc(x)
+
+    describe = describer({})
+    for model in (Traced(), Untraceable()):
+        try:
+            analyse_model(model, source="warm-up", describe=describe)
+        except Exception:  # noqa: BLE001 - a slower first file, nothing worse
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     start = start_worker(argv)
     if start.torch is None:
         return 1
-    # what every file needs, imported once here rather than in each child
-    import hooklint.graph.build  # noqa: F401
-    import hooklint.graph.instances  # noqa: F401
-    import hooklint.graph.trace  # noqa: F401
-
+    warm_up()
     serve_requests(start, lambda request, send: handle_request(request, send, start.memory_mib))
     start.close()
     return 0

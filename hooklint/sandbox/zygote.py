@@ -66,16 +66,21 @@ def use_scratch(folder: str) -> None:
 
 
 def serve(requests: Iterable[str], send: Callable[[dict[str, Any]], None], handle: Handler, *, status: Status,
-          scratch: str, isolation: str, close_in_child: tuple[int, ...]) -> None:
-    """Answer each request line (JSON) with ``handle`` in a fresh child."""
+          scratch: str, isolation: str, close_in_child: tuple[int, ...],
+          prepare: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Answer each request line (JSON) with ``handle`` in a fresh child.
+    ``prepare(request)`` runs here first: work that runs no user code and that
+    later children can reuse (it is inherited by the fork)."""
     count = 0
     for line in requests:
         request = json.loads(line)
         budget = float(request.get("budget", 60.0))
+        if prepare is not None:
+            prepare(request)
         if isolation == "process":
             use_scratch(scratch)
             confine_child(status, scratch, _cpu_seconds(budget), os.getppid())
-            send({"event": "result", **handle(request, send)})
+            send({"event": "result", **_handled(handle, request, send)})
             return
         count += 1
         folder = os.path.join(scratch, f"file-{count}")
@@ -84,6 +89,25 @@ def serve(requests: Iterable[str], send: Callable[[dict[str, Any]], None], handl
             _fork_and_relay(request, send, handle, status, folder, budget, close_in_child)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _handled(handle: Handler, request: dict[str, Any], send) -> dict[str, Any]:
+    """The reply, with ``imported``: every file a module imported for this request
+    came from, as ``[mtime_ns, size]`` (the installed packages the facts depend
+    on, beyond torch and hooklint, which the zygote had imported already)."""
+    before = set(sys.modules)
+    reply = handle(request, send)
+    imported: dict[str, list[int]] = {}
+    for name in set(sys.modules) - before:
+        origin = getattr(sys.modules.get(name), "__file__", None)
+        if not isinstance(origin, str):
+            continue
+        try:
+            info = os.stat(origin)
+        except OSError:
+            continue
+        imported[os.path.realpath(origin)] = [info.st_mtime_ns, info.st_size]
+    return {**reply, "imported": imported}
 
 
 def _cpu_seconds(budget: float) -> int:
@@ -122,7 +146,7 @@ def _child(request: dict[str, Any], fd: int, handle: Handler, status: Status, fo
 
         use_scratch(folder)
         confine_child(status, folder, _cpu_seconds(budget), zygote)
-        send({"event": "result", **handle(request, send)})
+        send({"event": "result", **_handled(handle, request, send)})
     except BaseException:  # noqa: BLE001 - the zygote reports a child that ends without a result
         code = 70
     finally:

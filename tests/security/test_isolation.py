@@ -116,3 +116,20 @@ def test_the_other_files_failing_proof_still_fails(runs):
     assert len(alone) == 1 and "not applied: its proof failed" in alone[0], runs["proof alone"].stderr
     assert together == alone
     assert "b_victim.py" not in runs["proof together"].stdout  # no diff for it
+
+
+def test_one_worker_process_per_file_isolates_too(tmp_path, monkeypatch, runs):
+    """Where forking is not safe (not Linux), each file gets a worker process of its own."""
+    from hooklint.config import Config
+    from hooklint.graph.provider import GraphRun, provide_graph_facts
+
+    write_files(tmp_path, {"pyproject.toml": "[tool.hooklint]\n", "a_poison.py": POISON, "b_victim.py": VICTIM})
+    monkeypatch.setenv("HOOKLINT_ISOLATION", "process")
+    run = GraphRun()
+    facts, _ = provide_graph_facts([str(tmp_path / "a_poison.py"), str(tmp_path / "b_victim.py")],
+                                   Config(root=tmp_path), use_cache=False, run=run)
+    assert run.workers_started == 2
+    victim = facts[str(tmp_path / "b_victim.py")].models[0]
+    alone = _files(runs["alone"])["b_victim.py"]["models"][0]
+    assert [op.name for op in victim.modules[0].ops] == [op["name"] for op in alone["modules"][0]["ops"]]
+    assert [(s.dtype, list(s.shape)) for s in victim.inputs] == [("float32", [2, 4])]
