@@ -41,7 +41,6 @@ drop_working_folder()
 
 # (the imports below come after the working folder left sys.path)
 import ast
-import json
 import os
 import sys
 import types

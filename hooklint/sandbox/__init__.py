@@ -15,7 +15,6 @@ not give.
 
 from __future__ import annotations
 
-import os
 import re
 
 from hooklint.sandbox.confine import MODES, Status

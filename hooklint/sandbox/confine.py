@@ -188,7 +188,7 @@ def _enter_namespaces(status: Status, scratch: str) -> bool:
         status.enforced += ["user namespace", "network namespace"]
         return True
     except OSError as user_error:
-        reason = user_error.strerror or str(user_error)
+        reason = os.strerror(user_error.errno) if user_error.errno else str(user_error)
     try:
         namespaces.unshare(namespaces.CLONE_NEWNET | namespaces.CLONE_NEWNS)
         status.enforced.append("network namespace")

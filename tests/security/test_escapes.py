@@ -4,7 +4,10 @@ the security review found is tried, after switching hooklint's audit hook off,
 and the kernel sandbox stops each one (hooklint.sandbox, docs/sandbox.md).
 
 One run of each command serves every test here: the project (good and
-hostile files) and a baseline copy of the good files alone.  Each hostile
+hostile files) and a baseline copy of the good files alone.  One more `check`
+runs with namespaces and read-only mounts refused (a seccomp filter around
+hooklint): Landlock and seccomp alone must stop every attempt too, as on a
+machine that forbids user namespaces.  Each hostile
 file reports how its attempt ended through the diagnostics hooklint prints
 (tests/security/hostile.py), so a test can tell "stopped" from "never ran".
 """
@@ -80,11 +83,19 @@ def world(tmp_path_factory) -> World:
             # the first run fills the graph cache; the second runs the proof worker on it
             runs[f"{where}-check"] = hooklint("check", "--output-format", "concise", ".", cwd=folder, env=env)
             runs[f"{where}-verify"] = hooklint("check", "--diff", "--verify", ".", cwd=folder, env=env)
+        runs["layers-check"] = hooklint("check", "--no-cache", "--output-format", "concise", ".", cwd=project,
+                                        env=env, without=("unshare", "mount_setattr"))
         leftover = wait_until_gone(marker) + wait_until_gone(str(home))
     finally:
         listener.close()
     return World(canary, home, project, marker, runs, before, snapshot(canary, home, project),
                  list(listener.received), leftover)
+
+
+def test_a_full_sandbox_says_nothing_about_itself(world):
+    for name, run in world.runs.items():
+        if name != "layers-check":
+            assert "sandbox" not in run.stderr, run.stderr
 
 
 def test_every_run_ended_normally(world):
@@ -97,6 +108,13 @@ def test_every_run_ended_normally(world):
 def test_the_graph_worker_ran_the_attempt_and_the_kernel_stopped_it(world, name):
     stderr = world.runs["project-check"].stderr
     assert f"ESCAPE {name} in graph: blocked (" in stderr, stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_landlock_and_seccomp_alone_stop_it_too(world, name):
+    stderr = world.runs["layers-check"].stderr
+    assert f"ESCAPE {name} in graph: blocked (" in stderr, stderr[-3000:]
+    assert "sandbox incomplete: no network namespace" in stderr  # said, once
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -80,15 +80,15 @@ def runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("isolation")
     write_files(folder, {"pyproject.toml": "[tool.hooklint]\n", "a_poison.py": POISON, "b_victim.py": VICTIM})
     env: dict[str, str] = {}
+    proof = ("check", "--select", "HKL101", "--diff", "--unsafe-fixes", "--verify")
     out = {
         "together": hooklint("graph", ".", "--output-format", "json", cwd=folder, env=env),
-        "proof together": hooklint("check", "--select", "HKL101", "--diff", "--unsafe-fixes", "--verify", ".", cwd=folder, env=env),
+        "proof together": hooklint(*proof, ".", cwd=folder, env=env),
     }
     (folder / "a_poison.py").unlink()
     out["cached alone"] = hooklint("graph", ".", "--output-format", "json", cwd=folder, env=env)
     out["alone"] = hooklint("graph", ".", "--no-cache", "--output-format", "json", cwd=folder, env=env)
-    out["proof alone"] = hooklint("check", "--select", "HKL101", "--diff", "--unsafe-fixes", "--verify", "--no-cache", ".",
-                                  cwd=folder, env=env)
+    out["proof alone"] = hooklint(*proof, "--no-cache", ".", cwd=folder, env=env)
     return out
 
 

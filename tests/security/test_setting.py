@@ -9,25 +9,14 @@ exit 1, static rules only) and `off` says nothing."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
-from security.conftest import require_sandbox, write_files
+from security.conftest import hooklint, require_sandbox, write_files
 from security.hostile import GOOD
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
-
-# Runs hooklint with Landlock and namespaces taken away (the filter survives exec).
-WITHOUT_LANDLOCK = """
-import errno, runpy, sys
-from hooklint.sandbox.seccomp import Rule, install
-install([Rule("landlock_create_ruleset", errno.ENOSYS), Rule("unshare", errno.EPERM)])
-sys.argv = ["hooklint", *sys.argv[1:]]
-runpy.run_module("hooklint", run_name="__main__", alter_sys=True)
-"""
 
 # Its constructor runs only if hooklint runs model code; it says so in hooklint's output.
 WITNESS = '''
@@ -45,10 +34,10 @@ class Witness(nn.Module):
 
 
 def _run(folder, *args, config: str = "", degraded: bool = True) -> subprocess.CompletedProcess:
+    """``degraded``: Landlock looks absent and namespaces are refused."""
     (folder / "pyproject.toml").write_text("[tool.hooklint]\n" + config, encoding="utf-8")
-    command = [sys.executable, "-c", WITHOUT_LANDLOCK] if degraded else [sys.executable, "-m", "hooklint"]
-    return subprocess.run([*command, "check", "--no-cache", *args, "."], cwd=folder, capture_output=True, text=True,
-                          env=dict(os.environ, NO_COLOR="1"), timeout=300)
+    without = ("landlock_create_ruleset", "unshare") if degraded else ()
+    return hooklint("check", "--no-cache", *args, ".", cwd=folder, env={}, without=without)
 
 
 def _lines(run, words: str) -> list[str]:
