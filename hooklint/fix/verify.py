@@ -329,11 +329,9 @@ class Prover:
             hit = cache.get(key) if key else None
             if hit is not None:
                 return Verdict(hit["status"], hit["detail"])
-        worker = self.pool.get()
+        worker = self._worker()
         if worker is None:
-            if self.pool.refused is not None:
-                return Verdict("unverified", "the sandbox is incomplete and `sandbox = \"require\"`")
-            return Verdict("unverified", f"the proof worker could not start ({self.pool.fatal})")
+            return Verdict("unverified", f"the proof worker could not start ({self.fatal})")
         request = {"path": os.path.abspath(path), "root": str(self.config.root), "proofs": [{**proof, "id": 0}],
                    "pythonpath": list(getattr(self.config, "pythonpath", []))}
         reply = worker.request(request, self.timeout)
@@ -348,6 +346,16 @@ class Prover:
             cache.put(key, {"status": verdict.status, "detail": verdict.detail}, reply.result.get("deps", {}),
                       stamps=reply.result.get("imported"))
         return verdict
+
+    def _worker(self):
+        return self.pool.get()
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the proof worker could not start."""
+        if self.pool.refused is not None:
+            return "the sandbox is incomplete and `sandbox = \"require\"`"
+        return self.pool.fatal
 
     def close(self) -> None:
         self.pool.close()

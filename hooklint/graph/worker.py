@@ -1,19 +1,27 @@
 """The worker subprocess: ``python -m hooklint.graph.worker MEMORY_LIMIT_MIB``.
 
-The only process that imports torch and the user's code.  It reads one JSON
-request per line on stdin and writes JSON events, one per line, to the file
-descriptor named by ``HOOKLINT_RESULT_FD`` (user code printing to stdout
-cannot corrupt them):
+The only process that imports torch and the user's code.  It first puts
+itself in the kernel sandbox (:mod:`hooklint.sandbox`), imports torch, then
+forks a fresh child for each request (:mod:`hooklint.sandbox.zygote`): model
+code runs only in those children.  It reads one JSON request per line on
+stdin and writes JSON events, one per line, to the file descriptor named by
+``HOOKLINT_RESULT_FD`` (user code printing to stdout cannot corrupt them):
 
-* ``{"event": "ready", "torch": "2.13.0+cpu"}`` once torch is imported, or
-  ``{"event": "fatal", "message": ...}`` when it cannot be;
+* ``{"event": "ready", "torch": "2.13.0+cpu", "sandbox": {...}, "isolation":
+  "fork"}`` once torch is imported (what the sandbox enforces, and whether a
+  child is forked per request or this process serves one request), or
+  ``{"event": "fatal", "message": ...}`` when it cannot be (``"kind":
+  "sandbox"``: ``require`` and an incomplete sandbox);
 * ``{"event": "stage", "what": "building MyNet() (line 31)"}`` before each
   step, so that the parent can say what hung or crashed (and its deadline
   restarts: each step has its own time);
 * ``{"event": "dep", "path": ..., "sha256": ...}`` for each of the user's own
   modules a request imported (so that even a failure can be cached until one
   of them changes);
-* ``{"event": "result", ...}`` when a request is done.
+* ``{"event": "result", ..., "imported": {path: [mtime_ns, size]}}`` when a
+  request is done;
+* ``{"event": "ended", "how": "crash" | "timeout", "detail": ...}`` when the
+  child for a request died or was killed before its result.
 
 Requests: ``{"kind": "file", "path", "root", "pythonpath", "budget"}``,
 ``{"kind": "factories", "specs", "root", "pythonpath", "budget"}`` and
@@ -23,8 +31,9 @@ Requests: ``{"kind": "file", "path", "root", "pythonpath", "budget"}``,
 Each step that runs model code (importing a file's definitions, building one
 model, analysing one model) has ``budget`` seconds: an alarm then stops it
 (:class:`OverBudget`), that one model is reported as timed out, and the
-worker goes on with the next.  The parent kills the worker when a step
-overruns by more (code the alarm cannot interrupt).
+child goes on with the next.  The worker kills the child when a step
+overruns by more (code the alarm cannot interrupt), and the parent kills
+the worker if even that fails.
 """
 
 from __future__ import annotations
