@@ -219,7 +219,11 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
     argv = sys.argv[1:] if argv is None else argv
     memory_mib = int(argv[0]) if argv else 0
     mode = os.environ.get("HOOKLINT_SANDBOX", "auto")
-    scratch = os.environ.get("HOOKLINT_SCRATCH") or os.getcwd()
+    scratch = os.environ.get("HOOKLINT_SCRATCH")
+    if not scratch:  # started by hand: a folder of its own, never the working folder
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="hooklint-scratch-")
     status = enter_worker(scratch, memory_mib, mode, int(os.environ.get("HOOKLINT_PARENT_PID", "0") or 0))
     result_fd = int(os.environ["HOOKLINT_RESULT_FD"])
     out = os.fdopen(result_fd, "w", encoding="utf-8", buffering=1)

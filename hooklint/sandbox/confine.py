@@ -110,6 +110,14 @@ def enter_worker(scratch: str, memory_mib: int, mode: str, parent_pid: int) -> S
         status.missing.append(f"no kernel sandbox on {sys.platform} (Linux only): model code can write files, "
                               f"use the network and start processes")
         return status
+    try:
+        _sandbox_linux(status, scratch)
+    except Exception as exc:  # noqa: BLE001 - a system hooklint did not foresee: say what broke, go on
+        status.missing.append(f"the sandbox could not be set up ({type(exc).__name__}: {exc})")
+    return status
+
+
+def _sandbox_linux(status: Status, scratch: str) -> None:
     from hooklint.sandbox import namespaces
     from hooklint.sandbox.landlock import LandlockError, abi_version
     from hooklint.sandbox.seccomp import SeccompError, native_table
@@ -158,7 +166,7 @@ def enter_worker(scratch: str, memory_mib: int, mode: str, parent_pid: int) -> S
 
         status.missing.append(f"no seccomp filter for {platform.machine()}: model code can start processes and "
                               f"open sockets")
-        return status
+        return
     from hooklint.sandbox import seccomp
 
     rules = list(seccomp.WORKER_RULES)
@@ -173,7 +181,6 @@ def enter_worker(scratch: str, memory_mib: int, mode: str, parent_pid: int) -> S
     except SeccompError as exc:
         status.missing.append(f"seccomp unavailable ({exc.strerror}): model code can start processes and open "
                               f"sockets")
-    return status
 
 
 def _enter_namespaces(status: Status, scratch: str) -> bool:
