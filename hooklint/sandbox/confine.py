@@ -61,9 +61,22 @@ def _libc():
 
 def die_with_parent(parent_pid: int) -> None:
     """SIGKILL when the parent ends; and if it already ended (between the fork
-    and now), end now."""
+    and now), end now.  Without PR_SET_PDEATHSIG (not Linux), a thread checks
+    every half second (the process then serves one request and never forks)."""
     if sys.platform.startswith("linux"):
         _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    elif parent_pid:
+        import threading
+        import time
+
+        exit_now = os._exit  # the audit guard replaces os._exit while model code runs
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(0.5)
+            exit_now(1)
+
+        threading.Thread(target=watch, name="hooklint-parent-watch", daemon=True).start()
     if parent_pid and os.getppid() != parent_pid:
         os._exit(0)
 
