@@ -99,15 +99,15 @@ def has_sandbox() -> bool:
 
 
 def setup_cost(repeat: int) -> list[float]:
-    code = ("import json, tempfile, time\n"
+    code = ("import json, sys, time\n"
             "from hooklint.sandbox.confine import enter_worker\n"
-            "scratch = tempfile.mkdtemp(prefix='hooklint-bench-')\n"
             "start = time.perf_counter()\n"
-            "status = enter_worker(scratch, 0, 'auto', 0)\n"
+            "status = enter_worker(sys.argv[1], 0, 'auto', 0)\n"
             "print(json.dumps([time.perf_counter() - start, status.missing]))\n")
     out = []
     for _ in range(repeat):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        with tempfile.TemporaryDirectory(prefix="hooklint-bench-") as scratch:
+            done = subprocess.run([sys.executable, "-c", code, scratch], capture_output=True, text=True, check=True)
         seconds, missing = json.loads(done.stdout)
         if missing:
             print(f"  (sandbox incomplete here: {'; '.join(missing)})")

@@ -26,11 +26,11 @@ pytest.importorskip("torch")
 
 def sandbox_status() -> dict:
     """What ``enter_worker`` gets on this machine, tried in a throw-away process."""
-    code = ("import json, sys, tempfile\n"
+    code = ("import json, sys\n"
             "from hooklint.sandbox.confine import enter_worker\n"
-            "status = enter_worker(tempfile.mkdtemp(prefix='hooklint-probe-'), 0, 'auto', 0)\n"
-            "print(json.dumps(status.to_dict()))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+            "print(json.dumps(enter_worker(sys.argv[1], 0, 'auto', 0).to_dict()))\n")
+    with tempfile.TemporaryDirectory(prefix="hooklint-probe-") as scratch:
+        done = subprocess.run([sys.executable, "-c", code, scratch], capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
         return {"missing": [done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "probe failed"]}
     return json.loads(done.stdout)
