@@ -1,6 +1,7 @@
 """Landlock through its three system calls (``landlock_create_ruleset``,
 ``landlock_add_rule``, ``landlock_restrict_self``, numbers 444-446 on every
-architecture), with ctypes.
+architecture), with ctypes: three calls and two structures, which the
+PyPI bindings (``landlock`` 1.0.0.dev5, ``landlockpy`` 0.2) would only wrap.
 
 A ruleset names the access rights it *handles*; once the process restricts
 itself, a handled right is granted only beneath the paths a rule gives it

@@ -1,8 +1,10 @@
 """A seccomp-BPF filter built with ``struct`` and installed through ``prctl``.
 
-Written by hand rather than through libseccomp's bindings: they are not on
-PyPI as a wheel, the system library is not always installed, and the filter
-is a short list of system calls checked one after the other.  The numbers
+Written by hand rather than through a binding: libseccomp's own comes with
+the system's packages, not PyPI; on PyPI, ``pyseccomp`` (a ctypes wrapper
+last released in 2021) still needs libseccomp installed, and the others are
+young.  The filter is a short list of system calls checked one after the
+other, which a few dozen lines build.  The numbers
 come from the kernel's ``asm/unistd_64.h`` (x86_64) and
 ``asm-generic/unistd.h`` (aarch64); system calls added since 5.1 have the
 same number on every architecture.
