@@ -228,17 +228,6 @@ class Session:
         return self.module.__dict__
 
 
-@lru_cache(maxsize=64)
-def static_plan(path: str, root: str, pythonpath: tuple[str, ...], mtime_ns: int):
-    """(project context, plan) of a file: hooklint's static reading of it and of
-    the project files it imports, no user code.  The worker computes it before
-    it forks the child for the file (:func:`hooklint.graph.worker.prepare`), so
-    that the child, and the next files, find it and the parsed project ready."""
-    tree = ast.parse(read_source(path), path)
-    context = project_context(path, Path(root), pythonpath, tree=tree)
-    return context, plan_for(tree, context)
-
-
 @contextmanager
 def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...] = (),
                  on_dep: Callable[[str, str], None] | None = None, text: str | None = None) -> Iterator[Session]:
@@ -249,11 +238,10 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     path = path.resolve()
     overrides = {str(path): text} if text is not None else {}
     if text is None:
-        context, plan = static_plan(str(path), str(root.resolve()), tuple(pythonpath), os.stat(path).st_mtime_ns)
-    else:
-        tree = ast.parse(text, str(path))
-        context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
-        plan = plan_for(tree, context)
+        text = read_source(str(path))
+    tree = ast.parse(text, str(path))
+    context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
+    plan = plan_for(tree, context)
     roots = context.roots
     unique_name = f"__hooklint_model_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}__"
     module = types.ModuleType(unique_name)

@@ -259,17 +259,23 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
 
 
 def prepare(request: dict[str, Any]) -> None:
-    """In the worker, before it forks the child for ``request``: the file's
-    static plan (:func:`hooklint.graph.build.static_plan`), which only reads
-    text.  Whatever goes wrong here, the child meets again and reports."""
+    """In the worker, before it forks the child for ``request``: hooklint's static
+    reading of the file and of the project files it imports (parsed once, kept
+    in :mod:`hooklint.graph.project`'s caches, which the child and the next
+    files inherit).  It only reads text; whatever goes wrong here, the child
+    meets again and reports."""
     path = request.get("path")
     if not isinstance(path, str):
         return
-    from hooklint.graph.build import static_plan
+    import ast
+
+    from hooklint.graph.plan import plan_for, project_context
+    from hooklint.static.source import read_source
 
     try:
-        static_plan(os.path.realpath(path), os.path.realpath(request.get("root", ".")),
-                    tuple(request.get("pythonpath", ())), os.stat(path).st_mtime_ns)
+        tree = ast.parse(read_source(path), path)
+        root = Path(request.get("root", ".")).resolve()
+        plan_for(tree, project_context(os.path.realpath(path), root, request.get("pythonpath", ()), tree=tree))
     except BaseException:  # noqa: BLE001 - hostile text must not end the worker
         pass
 
