@@ -52,6 +52,8 @@ class Config:
     cache: bool = True
     cache_dir: str = ".hooklint_cache"
     memory_limit: int = 4096  # MiB of address space for the worker that imports models
+    # the kernel sandbox of processes running model code: "auto", "require" or "off" (docs/sandbox.md)
+    sandbox: str = "auto"
     # folders put on the worker's sys.path (relative to `root`), as PYTHONPATH would
     pythonpath: list[str] = field(default_factory=list)
     # the Python whose syntax is valid ("py312"); None: the running Python's
@@ -251,6 +253,10 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{where}: `memory-limit` must be a whole number of MiB (0: no limit)")
             cfg.memory_limit = value
+        elif key == "sandbox":
+            if value not in ("auto", "require", "off"):
+                raise ConfigError(f"{where}: `sandbox` must be \"auto\", \"require\" or \"off\"")
+            cfg.sandbox = value
         elif key == "pythonpath":
             folders = _as_list(value, key, where)
             for folder in folders:

@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     if args.timeout is not None:
         config.timeout = args.timeout
+    if args.sandbox is not None:
+        config.sandbox = args.sandbox
     config.models = list(config.models) + list(args.model)
     version = torch_version()
     if version is None:

@@ -68,6 +68,7 @@ def safe_by_construction(finding: Finding) -> bool:
 class Verification:
     verdicts: dict[tuple, Verdict] = field(default_factory=dict)
     findings: dict[tuple, Finding] = field(default_factory=dict)
+    extra_notices: list[Notice] = field(default_factory=list)  # about the proof worker (its sandbox)
 
     def accepted(self, finding: Finding) -> bool:
         verdict = self.verdicts.get(finding_key(finding))
@@ -97,7 +98,7 @@ class Verification:
     def notices(self, applied: Iterable[Finding]) -> list[Notice]:
         """One line per fix: verified and applied, or why not applied."""
         applied_keys = {finding_key(f) for f in applied}
-        out = []
+        out = list(self.extra_notices)
         for key, verdict in sorted(self.verdicts.items(), key=lambda kv: kv[0][:4]):
             finding = self.findings[key]
             at = f"{finding.code} fix at {finding.location.row}:{finding.location.column}"
@@ -289,16 +290,20 @@ def _combine(verdicts: list[Verdict]) -> Verdict:
 
 
 class Prover:
-    """Runs proofs in a worker subprocess (restarted after a crash or a timeout)."""
+    """Runs proofs in a worker subprocess (sandboxed, a fresh child per file;
+    restarted after it dies)."""
 
     def __init__(self, config, *, use_cache: bool = True, timeout: float | None = None):
+        from hooklint.graph.provider import GraphRun, WorkerPool, WorkerProcess
+
+        class ProofWorker(WorkerProcess):
+            module = "hooklint.fix.verify_worker"
+
         self.config = config
         self.timeout = timeout if timeout is not None else config.timeout
         self.use_cache = use_cache
-        self.worker = None
-        self.fatal: str | None = None
+        self.pool = WorkerPool(config.memory_limit, config.root, GraphRun(), config.sandbox, ProofWorker)
         self.cache = None
-        self.started = 0
 
     def _cache(self):
         if self.cache is None and self.use_cache and self.config.cache:
@@ -309,28 +314,9 @@ class Prover:
             if not folder.is_absolute():
                 folder = self.config.root / folder
             self.cache = GraphCache(folder, torch_version() or "", {"verify": VERIFY_VERSION,
-                                                                    "memory-limit": self.config.memory_limit})
+                                                                    "memory-limit": self.config.memory_limit,
+                                                                    "sandbox": self.config.sandbox})
         return self.cache
-
-    def _worker(self):
-        from hooklint.graph.provider import WorkerProcess
-
-        class ProofWorker(WorkerProcess):
-            module = "hooklint.fix.verify_worker"
-
-        if self.fatal is not None:
-            return None
-        if self.worker is None or not self.worker.alive:
-            if self.worker is not None:
-                self.worker.close_pipes()
-            worker = ProofWorker(self.config.memory_limit, self.config.root)
-            self.started += 1
-            error = worker.start()
-            if error is not None:
-                self.fatal = error
-                return None
-            self.worker = worker
-        return self.worker
 
     def prove(self, path: str, proof: dict[str, Any]) -> Verdict:
         from hooklint.graph.cache import file_key
@@ -357,13 +343,22 @@ class Prover:
         data = reply.result["verdicts"][0]
         verdict = Verdict(data["status"], data["detail"])
         if key is not None and cache is not None and verdict.status in ("verified", "failed"):
-            cache.put(key, {"status": verdict.status, "detail": verdict.detail}, reply.result.get("deps", {}))
+            cache.put(key, {"status": verdict.status, "detail": verdict.detail}, reply.result.get("deps", {}),
+                      stamps=reply.result.get("imported"))
         return verdict
 
+    def _worker(self):
+        return self.pool.get()
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the proof worker could not start."""
+        if self.pool.refused is not None:
+            return "the sandbox is incomplete and `sandbox = \"require\"`"
+        return self.pool.fatal
+
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        self.pool.close()
 
 
 def verify_fixes(findings: Iterable[Finding], *, allowed, locate: Callable[[str], str], graph_facts: dict[str, Any],
@@ -394,4 +389,6 @@ def verify_fixes(findings: Iterable[Finding], *, allowed, locate: Callable[[str]
                 verification.verdicts[finding_key(item.finding)] = _combine(results)
     finally:
         prover.close()
+    where = next(iter(sorted(by_path)), "configuration")
+    verification.extra_notices = prover.pool.sandbox_notices(where)
     return verification

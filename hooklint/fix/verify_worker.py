@@ -35,8 +35,12 @@ the file's definitions) when that works, else the probe alone.
 
 from __future__ import annotations
 
+from hooklint.safe_path import drop_working_folder
+
+drop_working_folder()
+
+# (the imports below come after the working folder left sys.path)
 import ast
-import json
 import os
 import sys
 import types
@@ -616,36 +620,41 @@ def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage
         return {"verdicts": verdicts, "deps": session.importer.deps}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from hooklint.graph.worker import start_worker
-
-    send, requests, close, _memory_mib, torch = start_worker(argv)
-    if torch is None:
-        return 1
-    import warnings
-
-    warnings.filterwarnings("ignore")  # torch's FutureWarning on legacy hooks: the proof says more
+def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """One file's proofs, in the process forked for them."""
     from hooklint.graph.guard import Guard
 
     guard = Guard(os.environ.get("HOOKLINT_SCRATCH"))
-    send({"event": "ready", "torch": torch.__version__})
 
     def stage(what: str) -> None:
         send({"event": "stage", "what": what})
 
-    for line in requests:
-        request = json.loads(line)
-        try:
-            reply = verify_file(request["path"], request["root"], request["proofs"], guard, stage,
-                                request.get("pythonpath", []))
-        except Exception as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
-            from hooklint.graph.trace import one_line
+    try:
+        return verify_file(request["path"], request["root"], request["proofs"], guard, stage,
+                           request.get("pythonpath", []))
+    except Exception as exc:  # noqa: BLE001 - hooklint's own failure: say so
+        from hooklint.graph.trace import one_line
 
-            reason = f"internal error in the proof ({one_line(exc)}); please report it"
-            reply = {"verdicts": [{"id": p["id"], "status": "unverified", "detail": reason}
-                                  for p in request["proofs"]], "deps": {}}
-        send({"event": "result", **reply})
-    close()
+        reason = f"internal error in the proof ({one_line(exc)}); please report it"
+        return {"verdicts": [{"id": p["id"], "status": "unverified", "detail": reason} for p in request["proofs"]],
+                "deps": {}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hooklint.graph.worker import serve_requests, start_worker
+
+    start = start_worker(argv)
+    if start.torch is None:
+        return 1
+    import warnings
+
+    warnings.filterwarnings("ignore")  # torch's FutureWarning on legacy hooks: the proof says more
+    from hooklint.graph.worker import warm_up
+
+    warm_up()
+
+    serve_requests(start, handle_request)
+    start.close()
     return 0
 
 

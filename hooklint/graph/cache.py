@@ -2,9 +2,13 @@
 
 An entry is keyed by the file's content and path, hooklint's version, torch's
 version, the Python version and the parts of the configuration that change
-facts (``models``, ``memory-limit``, ``timeout``, ``pythonpath``).  It also
-records the content hashes of the user's own modules the file imported
-(``deps``); an entry whose deps changed is ignored.  A file whose analysis
+facts (``models``, ``memory-limit``, ``timeout``, ``pythonpath``, ``sandbox``).
+It also records the content hashes of the user's own modules the file
+imported (``deps``), and the modification time and size of every other file
+the analysis imported beyond torch and hooklint (``stamps``: installed
+packages such as timm); an entry whose deps or stamps changed is ignored.
+Each file is analysed in a process of its own (hooklint.sandbox.zygote), so
+nothing else (another file's global changes) can shape its facts.  A file whose analysis
 failed (its definitions do not import, the worker crashed, a step timed out)
 is cached as failed too, so that the next run does not wait it out again; an
 import failure also records the state of the installed packages (the
@@ -47,6 +51,7 @@ class GraphCache:
                      "python": list(sys.version_info[:2]), "config": config_key}
         self.error: str | None = None
         self._digests: dict[str, str | None] = {}
+        self._stamps: dict[str, list[int] | None] = {}
         self._environment: list[list[Any]] | None = None
 
     def key(self, what: Any) -> str:
@@ -75,6 +80,9 @@ class GraphCache:
         deps = entry.get("deps", {})
         if not isinstance(deps, dict) or any(self._digest(p) != digest for p, digest in deps.items()):
             return None
+        stamps = entry.get("stamps", {})
+        if not isinstance(stamps, dict) or any(self._stamp(p) != stamp for p, stamp in stamps.items()):
+            return None
         if "environment" in entry:
             if self._environment is None:
                 self._environment = environment_stamp()
@@ -88,11 +96,24 @@ class GraphCache:
             self._digests[path] = file_digest(path)
         return self._digests[path]
 
-    def put(self, key: str, value: Any, deps: dict[str, str], environment: bool = False) -> None:
-        """``environment``: valid only while the installed packages stay the same."""
+    def _stamp(self, path: str) -> list[int] | None:
+        if path not in self._stamps:
+            try:
+                info = os.stat(path)
+                self._stamps[path] = [info.st_mtime_ns, info.st_size]
+            except OSError:
+                self._stamps[path] = None
+        return self._stamps[path]
+
+    def put(self, key: str, value: Any, deps: dict[str, str], environment: bool = False,
+            stamps: dict[str, list[int]] | None = None) -> None:
+        """``environment``: valid only while the installed packages stay the same;
+        ``stamps``: files (not in ``deps``) whose modification time and size must stay the same."""
         if self.error is not None:
             return
         entry: dict[str, Any] = {"deps": deps, "value": value}
+        if stamps:
+            entry["stamps"] = {path: stamp for path, stamp in stamps.items() if path not in deps}
         if environment:
             entry["environment"] = self._environment = environment_stamp()
         try:

@@ -20,6 +20,10 @@ def add_graph_options(group) -> None:
     group.add_argument("--timeout", type=positive_seconds, metavar="SECONDS",
                        help="Time allowed to import and analyse one model file (default: `timeout` from the "
                             "config, else 60).")
+    group.add_argument("--sandbox", choices=("auto", "require", "off"),
+                       help="The kernel sandbox of the processes that run model code (default: `sandbox` from the "
+                            "config, else auto): `require` runs no model code without all of it, `off` runs it "
+                            "without (docs/sandbox.md).")
     group.add_argument("--no-cache", action="store_true",
                        help="Ignore .hooklint_cache/ (graph facts and static results): nothing is read from "
                             "it or written to it.")
@@ -43,6 +47,8 @@ def graph_rules_enabled(codes) -> bool:
 def configure_check(options, args: argparse.Namespace) -> None:
     if args.timeout is not None:
         options.config.timeout = args.timeout
+    if args.sandbox is not None:
+        options.config.sandbox = args.sandbox
     if not graph_rules_enabled(options.codes):
         return
     options.graph_provider = make_provider(args, use_cache=not args.no_cache)

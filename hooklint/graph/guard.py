@@ -1,21 +1,22 @@
-"""What model code may not do while the worker runs it.
+"""Friendly early messages while model code runs: an audit hook (PEP 578).
 
 Only definitions of a model file are executed (:mod:`hooklint.graph.sanitize`),
 but class bodies, decorators, constructors and ``forward`` are the user's code
-and run for real.  While they run, an audit hook (PEP 578) refuses the effects
-a linter must never cause: writing, deleting or renaming files, starting
-processes, forking, opening network connections; ``os._exit`` raises instead of
-ending the worker.  A refused operation raises :class:`Blocked`, which ends
-the analysis of that one model with a one-line diagnostic.
+and run for real.  While they run, an audit hook refuses the effects a linter
+must never cause: writing, deleting or renaming files outside the scratch
+folder, starting processes, forking, opening network connections;
+``os._exit`` raises instead of ending the worker.  A refused operation raises
+:class:`Blocked`, whose one-line message names what the model tried ("hooklint
+does not let model code write to 'out.txt'"), and ends the analysis of that
+one model.
 
-Files may be written only under ``scratch``, a private folder the parent
-creates for the worker and deletes afterwards (``TMPDIR`` and the usual cache
-variables point there): libraries that keep caches or probe the temporary
-folder on import keep working, and nothing lands anywhere else.
-
-This is a safety net for honest code, not a sandbox against hostile code
-(``ctypes`` can get around it); the worker process adds a timeout and a memory
-limit on top, and the parent survives whatever happens to it.
+This is not the boundary: code can switch an audit hook off (``gc`` finds it)
+or go around it (``ctypes``, ``_posixsubprocess``).  The boundary is the
+kernel sandbox every worker runs in (:mod:`hooklint.sandbox`: namespaces,
+Landlock, seccomp, one process per file), which refuses the same effects
+whatever the code does; tests/security checks it with the hook switched off.
+The scratch folder is the worker's ``TMPDIR`` (and the usual cache
+variables), a private tmpfs that vanishes with the worker.
 """
 
 from __future__ import annotations

@@ -21,8 +21,11 @@ from hooklint.findings import Notice, NoticeLevel
 from hooklint.graph.cache import GraphCache, content_key, file_key
 from hooklint.graph.facts import FileFacts, ModelFacts
 from hooklint.graph.plan import wants_import
+from hooklint.sandbox import NOTICE_KEY, Status, incomplete_notice, refusal, worker_environment
+from hooklint.sandbox.scratch import make_scratch
+from hooklint.sandbox.zygote import KILL_GRACE, SCRATCH_VARIABLES
 from hooklint.static.notebook import analysis_text
-from hooklint.static.source import SourceError
+from hooklint.static.source import SourceError, read_source
 
 INSTALL_HINT = "pip install 'hooklint[torch]'"
 STARTUP_TIMEOUT = 120.0  # importing torch on a cold disk can be slow
@@ -49,9 +52,11 @@ class GraphRun:
     workers_started: int = 0
 
 
-# How long past its own time budget a step may run before the worker is killed
-# (the worker's alarm cannot stop code that never returns to Python).
-KILL_GRACE = 5.0
+# KILL_GRACE: how long past its own time budget a step may run before the process
+# running it is killed (the worker's alarm cannot stop code that never returns to Python).
+# With a child per file, the worker kills the child at KILL_GRACE; this parent
+# kills the whole worker only if that did not happen this much later.
+WORKER_GRACE = 10.0
 
 
 @dataclass
@@ -64,45 +69,53 @@ class Reply:
 
 
 class WorkerProcess:
-    """One worker subprocess; restarted by the pool after a crash or a timeout."""
+    """One worker subprocess (:mod:`hooklint.graph.worker`): sandboxed, it forks
+    a fresh child for each request; restarted by the pool after it dies."""
 
     # What runs in it; `hooklint check --verify` starts its own (hooklint.fix.verify_worker).
     module = "hooklint.graph.worker"
 
-    def __init__(self, memory_limit: int, cwd: Path):
+    def __init__(self, memory_limit: int, cwd: Path, sandbox: str = "auto"):
         self.memory_limit = memory_limit
         self.cwd = cwd
+        self.sandbox_mode = sandbox
         self.proc: subprocess.Popen | None = None
         self.fd = -1
         self.buffer = b""
         self.stderr = None
+        self.stderr_from = 0
         self.scratch: str | None = None
         self.torch = ""
+        self.sandbox: Status | None = None  # what the worker's sandbox enforces, once ready
+        self.refused: str | None = None  # `require` and an incomplete sandbox: why
+        self.isolation = "fork"
+        self.spent = False  # one request per process ("process" isolation) and it was used
 
     def start(self) -> str | None:
         """Start and wait until torch is imported; an error message if it cannot be."""
         read_fd, write_fd = os.pipe()
         self.stderr = tempfile.TemporaryFile()
-        self.scratch = tempfile.mkdtemp(prefix="hooklint-worker-")
-        env = dict(os.environ)
+        self.scratch = make_scratch()
+        env = worker_environment(dict(os.environ), self.sandbox_mode)
         env.update({
             "HOOKLINT_RESULT_FD": str(write_fd),
+            "HOOKLINT_SANDBOX": self.sandbox_mode,
+            # the worker dies with this process (and checks it still runs once it can)
+            "HOOKLINT_PARENT_PID": str(os.getpid()),
             # the only place model code may write; deleted when the worker ends
             "HOOKLINT_SCRATCH": self.scratch,
-            "TMPDIR": self.scratch,
-            "XDG_CACHE_HOME": os.path.join(self.scratch, "cache"),
-            "HF_HOME": os.path.join(self.scratch, "huggingface"),
-            "TORCH_HOME": os.path.join(self.scratch, "torch"),
-            "MPLCONFIGDIR": os.path.join(self.scratch, "matplotlib"),
             "PYTHONDONTWRITEBYTECODE": "1",
-            # one thread: the worker is one of many processes on small CI machines
+            # one thread: the worker is one of many processes on small CI machines, and it forks
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
             # no GPU, no downloads: model code gets neither while hooklint imports it
             "CUDA_VISIBLE_DEVICES": "",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         })
+        for name, sub in SCRATCH_VARIABLES.items():
+            env[name] = os.path.join(self.scratch, sub) if sub else self.scratch
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", self.module, str(self.memory_limit)],
@@ -115,11 +128,16 @@ class WorkerProcess:
         os.close(write_fd)
         self.fd = read_fd
         message = self._next(STARTUP_TIMEOUT)
+        if message is not None and "sandbox" in message:
+            self.sandbox = Status.from_dict(message["sandbox"])
         if message is None or message.get("event") != "ready":
+            if message is not None and message.get("kind") == "sandbox":
+                self.refused = refusal(self.sandbox.missing if self.sandbox else [message.get("message", "")])
             reason = message.get("message") if message else self._death()
             self.kill()
             return reason or "the worker did not start"
         self.torch = message.get("torch", "")
+        self.isolation = message.get("isolation", "process")
         return None
 
     @property
@@ -131,12 +149,17 @@ class WorkerProcess:
         assert self.proc is not None and self.proc.stdin is not None
         stage = ""
         deps: dict[str, str] = {}
+        self.stderr_from = self._stderr_size()
+        if self.isolation == "process":
+            self.spent = True
         try:
             self.proc.stdin.write((json.dumps({**request, "budget": timeout}) + "\n").encode())
             self.proc.stdin.flush()
         except OSError:
             return Reply("crash", detail=self._death())
-        deadline = time.monotonic() + timeout + KILL_GRACE
+        # the worker stops a child at timeout + KILL_GRACE; this process steps in only if it does not
+        grace = KILL_GRACE + (WORKER_GRACE if self.isolation == "fork" else 0.0)
+        deadline = time.monotonic() + timeout + grace
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -150,11 +173,17 @@ class WorkerProcess:
             event = message.get("event")
             if event == "stage":
                 stage = message.get("what", "")
-                deadline = time.monotonic() + timeout + KILL_GRACE
+                deadline = time.monotonic() + timeout + grace
             elif event == "dep":
                 deps[message.get("path", "")] = message.get("sha256", "")
             elif event == "result":
                 return Reply("ok", result=message, stage=stage, deps=deps)
+            elif event == "ended":  # the child for this request died or was stopped; the worker goes on
+                if message.get("how") == "timeout":
+                    return Reply("timeout", stage=stage, deps=deps)
+                hint = self._stderr_hint()
+                detail = message.get("detail", "ended")
+                return Reply("crash", stage=stage, detail=f"{detail}{': ' + hint if hint else ''}", deps=deps)
 
     def _next(self, timeout: float) -> dict[str, Any] | None:
         """The next message, or None at end of file or when ``timeout`` passes."""
@@ -195,11 +224,20 @@ class WorkerProcess:
         hint = self._stderr_hint()
         return f"{what}{': ' + hint if hint else ''}"
 
+    def _stderr_size(self) -> int:
+        if self.stderr is None:
+            return 0
+        try:
+            return os.fstat(self.stderr.fileno()).st_size
+        except OSError:
+            return 0
+
     def _stderr_hint(self) -> str:
+        """The fatal error the worker printed during the current request."""
         if self.stderr is None:
             return ""
         try:
-            self.stderr.seek(0)
+            self.stderr.seek(self.stderr_from)
             lines = self.stderr.read().decode("utf-8", "replace").splitlines()
         except OSError:
             return ""
@@ -249,27 +287,43 @@ class WorkerProcess:
 class WorkerPool:
     """A worker reused across files, replaced when one crashes or hangs."""
 
-    def __init__(self, memory_limit: int, cwd: Path, run: GraphRun):
+    def __init__(self, memory_limit: int, cwd: Path, run: GraphRun, sandbox: str = "auto",
+                 worker_class: type[WorkerProcess] = WorkerProcess):
+        self.worker_class = worker_class
         self.memory_limit = memory_limit
         self.cwd = cwd
         self.run = run
+        self.sandbox_mode = sandbox
         self.worker: WorkerProcess | None = None
         self.fatal: str | None = None
+        self.refused: str | None = None  # `require` found the sandbox incomplete: the line to show
+        self.sandbox: Status | None = None  # what the last worker's sandbox enforced
 
     def get(self) -> WorkerProcess | None:
         if self.fatal is not None:
             return None
+        if self.worker is not None and self.worker.spent:
+            self.worker.close()
         if self.worker is None or not self.worker.alive:
             if self.worker is not None:
                 self.worker.close_pipes()
-            worker = WorkerProcess(self.memory_limit, self.cwd)
+            worker = self.worker_class(self.memory_limit, self.cwd, self.sandbox_mode)
             self.run.workers_started += 1
             error = worker.start()
+            self.sandbox = worker.sandbox or self.sandbox
             if error is not None:
                 self.fatal = error
+                self.refused = worker.refused
                 return None
             self.worker = worker
         return self.worker
+
+    def sandbox_notices(self, where: str) -> list[Notice]:
+        """The refusal (``require``), or what the sandbox lacks (once per run)."""
+        if self.refused is not None:
+            return [Notice(where, self.refused, NoticeLevel.ERROR, once_key=NOTICE_KEY)]
+        text = incomplete_notice(self.sandbox) if self.sandbox is not None else None
+        return [Notice(where, text, NoticeLevel.WARNING, once_key=NOTICE_KEY)] if text else []
 
     def close(self) -> None:
         if self.worker is not None:
@@ -292,8 +346,10 @@ def _cache_for(config: Config, version: str, use_cache: bool, timeout: float) ->
     folder = Path(config.cache_dir)
     if not folder.is_absolute():
         folder = config.root / folder
+    # the sandbox can change facts (what model code may do while it is built)
     return GraphCache(folder, version, {"models": config.models, "memory-limit": config.memory_limit,
-                                        "timeout": timeout, "pythonpath": config.pythonpath})
+                                        "timeout": timeout, "pythonpath": config.pythonpath,
+                                        "sandbox": config.sandbox})
 
 
 def _failure(reply: Reply, timeout: float) -> tuple[str, str]:
@@ -373,7 +429,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     if todo or (config.models and factory_models is None):
         if announce is not None:
             announce([_display(path) for path in todo])
-        pool = WorkerPool(config.memory_limit, config.root, run)
+        pool = WorkerPool(config.memory_limit, config.root, run, config.sandbox)
         try:
             for done, path in enumerate(todo):
                 if progress is not None:
@@ -385,10 +441,12 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
                 factory_models = _analyse_factories(pool, config, timeout, cache, factory_key, notices)
         finally:
             pool.close()
+        where = _display(todo[0]) if todo else "configuration"
+        notices.extend(pool.sandbox_notices(where))
         if pool.fatal is not None:
-            notices.append(Notice(_display(todo[0]) if todo else "configuration",
-                                  f"graph analysis skipped: the worker could not import torch ({pool.fatal}); "
-                                  f"{INSTALL_HINT}; static rules only", NoticeLevel.INFO))
+            if pool.refused is None:
+                notices.append(Notice(where, f"graph analysis skipped: the worker could not import torch "
+                                             f"({pool.fatal}); {INSTALL_HINT}; static rules only", NoticeLevel.INFO))
             for path in todo:
                 facts.pop(path, None)
     if cache is not None and cache.error:
@@ -495,6 +553,7 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
     run.imported.append(path)
     reply = worker.request({"kind": "file", "path": os.path.abspath(path), "root": str(config.root),
                             "pythonpath": config.pythonpath}, timeout)
+    stamps: dict[str, list[int]] = {}
     if reply.status != "ok" or reply.result is None:
         kind, message = _failure(reply, timeout)
         found = FileFacts(display, error=message, error_kind=kind)
@@ -504,11 +563,12 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
         data["path"] = display
         found = FileFacts.from_dict(data)
         deps = reply.result.get("deps") or reply.deps
+        stamps = reply.result.get("imported") or {}
     if cache is not None and (found.error is None or found.error_kind in _CACHED_FAILURES):
         key = file_key(cache, path)
         if key is not None:
             # an import failure may be a package that is not installed yet: installing one retries
-            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import")
+            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import", stamps=stamps)
     return found
 
 
@@ -529,7 +589,8 @@ def _analyse_factories(pool: WorkerPool, config: Config, timeout: float, cache: 
         notices.append(Notice(where, f"model factory `{error['spec']}`: {error['reason']}", NoticeLevel.ERROR))
     models = [ModelFacts.from_dict(m) for m in reply.result.get("models", [])]
     if cache is not None and key is not None and not reply.result.get("errors"):
-        cache.put(key, [m.to_dict() for m in models], reply.result.get("deps", {}))
+        cache.put(key, [m.to_dict() for m in models], reply.result.get("deps", {}),
+                  stamps=reply.result.get("imported"))
     return models
 
 
@@ -604,10 +665,12 @@ def run_in_worker(function: str, args: dict[str, Any], config: Config, *, timeou
     as JSON.  See :mod:`hooklint.graph.instances` for building the user's
     models there."""
     timeout = timeout if timeout is not None else config.timeout
-    pool = WorkerPool(config.memory_limit, config.root, GraphRun())
+    pool = WorkerPool(config.memory_limit, config.root, GraphRun(), config.sandbox)
     try:
         worker = pool.get()
         if worker is None:
+            if pool.refused is not None:
+                return WorkerCall(error=pool.refused, kind="sandbox")
             return WorkerCall(error=f"the worker could not import torch ({pool.fatal})", kind="worker")
         reply = worker.request({"kind": "call", "function": function, "args": args}, timeout)
     finally:

@@ -1,19 +1,27 @@
 """The worker subprocess: ``python -m hooklint.graph.worker MEMORY_LIMIT_MIB``.
 
-The only process that imports torch and the user's code.  It reads one JSON
-request per line on stdin and writes JSON events, one per line, to the file
-descriptor named by ``HOOKLINT_RESULT_FD`` (user code printing to stdout
-cannot corrupt them):
+The only process that imports torch and the user's code.  It first puts
+itself in the kernel sandbox (:mod:`hooklint.sandbox`), imports torch, then
+forks a fresh child for each request (:mod:`hooklint.sandbox.zygote`): model
+code runs only in those children.  It reads one JSON request per line on
+stdin and writes JSON events, one per line, to the file descriptor named by
+``HOOKLINT_RESULT_FD`` (user code printing to stdout cannot corrupt them):
 
-* ``{"event": "ready", "torch": "2.13.0+cpu"}`` once torch is imported, or
-  ``{"event": "fatal", "message": ...}`` when it cannot be;
+* ``{"event": "ready", "torch": "2.13.0+cpu", "sandbox": {...}, "isolation":
+  "fork"}`` once torch is imported (what the sandbox enforces, and whether a
+  child is forked per request or this process serves one request), or
+  ``{"event": "fatal", "message": ...}`` when it cannot be (``"kind":
+  "sandbox"``: ``require`` and an incomplete sandbox);
 * ``{"event": "stage", "what": "building MyNet() (line 31)"}`` before each
   step, so that the parent can say what hung or crashed (and its deadline
   restarts: each step has its own time);
 * ``{"event": "dep", "path": ..., "sha256": ...}`` for each of the user's own
   modules a request imported (so that even a failure can be cached until one
   of them changes);
-* ``{"event": "result", ...}`` when a request is done.
+* ``{"event": "result", ..., "imported": {path: [mtime_ns, size]}}`` when a
+  request is done;
+* ``{"event": "ended", "how": "crash" | "timeout", "detail": ...}`` when the
+  child for a request died or was killed before its result.
 
 Requests: ``{"kind": "file", "path", "root", "pythonpath", "budget"}``,
 ``{"kind": "factories", "specs", "root", "pythonpath", "budget"}`` and
@@ -23,12 +31,18 @@ Requests: ``{"kind": "file", "path", "root", "pythonpath", "budget"}``,
 Each step that runs model code (importing a file's definitions, building one
 model, analysing one model) has ``budget`` seconds: an alarm then stops it
 (:class:`OverBudget`), that one model is reported as timed out, and the
-worker goes on with the next.  The parent kills the worker when a step
-overruns by more (code the alarm cannot interrupt).
+child goes on with the next.  The worker kills the child when a step
+overruns by more (code the alarm cannot interrupt), and the parent kills
+the worker if even that fails.
 """
 
 from __future__ import annotations
 
+from hooklint.safe_path import drop_working_folder
+
+drop_working_folder()
+
+# (the imports below come after the working folder left sys.path)
 import importlib
 import json
 import os
@@ -42,21 +56,6 @@ from typing import Any, Callable, Iterator, NamedTuple
 class OverBudget(BaseException):
     """A step of model code ran past its time.  A BaseException, so that the
     model's own ``except Exception:`` does not swallow it."""
-
-
-def _limit_resources(memory_mib: int) -> None:
-    import resource
-
-    if memory_mib > 0:
-        limit = memory_mib * 1024 * 1024
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ValueError, OSError):
-            pass
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
 
 
 class Worker:
@@ -201,18 +200,33 @@ class WorkerStart(NamedTuple):
     close: Callable[[], None]
     memory_mib: int
     torch: Any  # the module, or None when it does not import
+    sandbox: Any  # hooklint.sandbox.Status: what the kernel enforces
+    scratch: str
+    channels: tuple[int, ...]  # the parent's pipes, which a child for one file closes
 
 
 def start_worker(argv: list[str] | None) -> WorkerStart:
     """The set-up every hooklint worker process shares (the graph worker, the
-    fixes' proof): replies on ``HOOKLINT_RESULT_FD``, requests on the real
-    stdin while user code reading stdin gets end-of-file, no bytecode written
-    next to the user's files, an argv that is not the user's, the memory
-    limit, and torch on one thread.  ``torch`` is None when it does not
-    import (a ``fatal`` event is sent: the caller exits 1)."""
+    fixes' proof): first the sandbox (``HOOKLINT_SANDBOX``: auto, require,
+    off; :mod:`hooklint.sandbox`), while this process has one thread; replies
+    on ``HOOKLINT_RESULT_FD``, requests on the real stdin while user code
+    reading stdin gets end-of-file, no bytecode written next to the user's
+    files, an argv that is not the user's, and torch on one thread.
+    ``torch`` is None when it does not import, or when ``require`` finds the
+    sandbox incomplete (a ``fatal`` event is sent: the caller exits 1)."""
+    from hooklint.sandbox.confine import enter_worker
+
     argv = sys.argv[1:] if argv is None else argv
     memory_mib = int(argv[0]) if argv else 0
-    out = os.fdopen(int(os.environ["HOOKLINT_RESULT_FD"]), "w", encoding="utf-8", buffering=1)
+    mode = os.environ.get("HOOKLINT_SANDBOX", "auto")
+    scratch = os.environ.get("HOOKLINT_SCRATCH")
+    if not scratch:  # started by hand: a folder of its own, never the working folder
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="hooklint-scratch-")
+    status = enter_worker(scratch, memory_mib, mode, int(os.environ.get("HOOKLINT_PARENT_PID", "0") or 0))
+    result_fd = int(os.environ["HOOKLINT_RESULT_FD"])
+    out = os.fdopen(result_fd, "w", encoding="utf-8", buffering=1)
 
     def send(message: dict[str, Any]) -> None:
         out.write(json.dumps(message, ensure_ascii=False) + "\n")
@@ -225,7 +239,11 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
     sys.dont_write_bytecode = True
     # argparse in model code sees no options
     sys.argv = [sys.argv[0]]
-    _limit_resources(memory_mib)
+    channels = (result_fd, requests.fileno())
+    if mode == "require" and not status.complete:
+        send({"event": "fatal", "kind": "sandbox", "message": "; ".join(status.missing),
+              "sandbox": status.to_dict()})
+        return WorkerStart(send, requests, out.close, memory_mib, None, status, scratch, channels)
     import faulthandler
 
     faulthandler.enable(sys.stderr)
@@ -236,31 +254,114 @@ def start_worker(argv: list[str] | None) -> WorkerStart:
         import torch.fx  # noqa: F401 - fail now, not inside the first model
     except BaseException as exc:  # noqa: BLE001
         send({"event": "fatal", "message": f"{type(exc).__name__}: {exc}"})
-        return WorkerStart(send, requests, out.close, memory_mib, None)
-    return WorkerStart(send, requests, out.close, memory_mib, torch)
+        return WorkerStart(send, requests, out.close, memory_mib, None, status, scratch, channels)
+    return WorkerStart(send, requests, out.close, memory_mib, torch, status, scratch, channels)
+
+
+def prepare(request: dict[str, Any]) -> None:
+    """In the worker, before it forks the child for ``request``: hooklint's static
+    reading of the file and of the project files it imports (parsed once, kept
+    in :mod:`hooklint.graph.project`'s caches, which the child and the next
+    files inherit).  It only reads text; whatever goes wrong here, the child
+    meets again and reports."""
+    path = request.get("path")
+    if not isinstance(path, str):
+        return
+    import ast
+
+    from hooklint.graph.plan import plan_for, project_context
+    from hooklint.static.source import read_source
+
+    try:
+        tree = ast.parse(read_source(path), path)
+        root = Path(request.get("root", ".")).resolve()
+        plan_for(tree, project_context(os.path.realpath(path), root, request.get("pythonpath", ()), tree=tree))
+    except BaseException:  # noqa: BLE001 - hostile text must not end the worker
+        pass
+
+
+def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callable], dict[str, Any]]) -> None:
+    """Say ``ready``, then answer each request with ``handle(request, send)``
+    in a fresh process (:mod:`hooklint.sandbox.zygote`).  Call it once the
+    modules every request needs are imported: children share them."""
+    from hooklint.sandbox.zygote import isolation_for, serve
+
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 1
+    isolation = isolation_for(threads)
+    start.send({"event": "ready", "torch": start.torch.__version__, "sandbox": start.sandbox.to_dict(),
+                "isolation": isolation})
+    serve(start.requests, start.send, handle, status=start.sandbox, scratch=start.scratch, isolation=isolation,
+          close_in_child=start.channels, prepare=prepare)
+
+
+def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None], memory_mib: int = 0
+                   ) -> dict[str, Any]:
+    """One request of the graph worker, in the process forked for it."""
+    worker = Worker(send, memory_mib)
+    worker.budget = float(request.get("budget", 60.0))
+    kind = request["kind"]
+    try:
+        if kind == "file":
+            return worker.file(request["path"], request["root"], request.get("pythonpath", []))
+        if kind == "factories":
+            return worker.factories(request["specs"], request["root"], request.get("pythonpath", []))
+        return worker.call(request["function"], request.get("args", {}))
+    except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so
+        return _internal_failure(request, exc, memory_mib)
+
+
+def warm_up() -> None:
+    """Pay torch's first-use costs once, here, rather than in every child: fx
+    tracing through ``torch.relu`` builds torch's table of overridable
+    functions (a third of a second), the first convolution picks its
+    kernels, the fallback path turns anomaly mode on.  hooklint's own
+    built-in modules only: no user code runs in this process."""
+    import torch
+    from torch import nn
+
+    import hooklint.graph.build  # noqa: F401 - imported once, here, rather than in each child
+    import hooklint.graph.guard  # noqa: F401
+    import hooklint.graph.instances  # noqa: F401
+    import hooklint.graph.project  # noqa: F401
+    from hooklint.graph.build import describer
+    from hooklint.graph.trace import analyse_model
+
+    class Traced(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3, padding=1)
+            self.norm = nn.BatchNorm2d(4)
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
+
+    class Untraceable(nn.Module):  # a data-dependent branch: fx fails, a forward is run
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x) if x.sum() > 0 else -self.fc(x)
+
+    describe = describer({})
+    for model in (Traced(), Untraceable()):
+        try:
+            analyse_model(model, source="warm-up", describe=describe)
+        except Exception:  # noqa: BLE001 - a slower first file, nothing worse
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
-    send, requests, close, memory_mib, torch = start_worker(argv)
-    if torch is None:
+    start = start_worker(argv)
+    if start.torch is None:
         return 1
-    worker = Worker(send, memory_mib)
-    send({"event": "ready", "torch": torch.__version__})
-    for line in requests:
-        request = json.loads(line)
-        worker.budget = float(request.get("budget", 60.0))
-        kind = request["kind"]
-        try:
-            if kind == "file":
-                reply = worker.file(request["path"], request["root"], request.get("pythonpath", []))
-            elif kind == "factories":
-                reply = worker.factories(request["specs"], request["root"], request.get("pythonpath", []))
-            else:
-                reply = worker.call(request["function"], request.get("args", {}))
-        except (Exception, OverBudget) as exc:  # noqa: BLE001 - hooklint's own failure: say so, keep serving
-            reply = _internal_failure(request, exc, memory_mib)
-        send({"event": "result", **reply})
-    close()
+    warm_up()
+    serve_requests(start, lambda request, send: handle_request(request, send, start.memory_mib))
+    start.close()
     return 0
 
 

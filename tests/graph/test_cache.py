@@ -90,6 +90,28 @@ def test_a_changed_dependency_imports_again(project):
     assert facts[model].models[0].module("block.fc").bound.grad_input[0] == (3,)
 
 
+def test_a_changed_installed_package_imports_again(tmp_path, monkeypatch):
+    """A module from outside the project (an installed package) is part of the
+    facts too: its modification time and size are recorded with them."""
+    project, site = tmp_path / "project", tmp_path / "site"
+    project.mkdir()
+    site.mkdir()
+    (project / "model.py").write_text(textwrap.dedent(MODEL).replace("from blocks", "from vendored_blocks"),
+                                      encoding="utf-8")
+    installed = site / "vendored_blocks.py"
+    installed.write_text(textwrap.dedent(BLOCKS.format(width=2)), encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    model = str(project / "model.py")
+    first, facts, _ = _run([model], project)
+    assert facts[model].models[0].module("block.fc").bound.grad_input[0] == (2,)
+    again, _, _ = _run([model], project)
+    assert again.cached == [model]
+    installed.write_text(textwrap.dedent(BLOCKS.format(width=3)) + "\n", encoding="utf-8")
+    changed, facts, _ = _run([model], project)
+    assert changed.imported == [model], "vendored_blocks.py changed: the cached facts are stale"
+    assert facts[model].models[0].module("block.fc").bound.grad_input[0] == (3,)
+
+
 def test_another_torch_version_or_no_cache_misses(project, monkeypatch):
     model = str(project / "model.py")
     _run([model], project)
