@@ -25,7 +25,7 @@ from hooklint.sandbox import NOTICE_KEY, Status, incomplete_notice, refusal, wor
 from hooklint.sandbox.scratch import make_scratch
 from hooklint.sandbox.zygote import KILL_GRACE, SCRATCH_VARIABLES
 from hooklint.static.notebook import analysis_text
-from hooklint.static.source import SourceError, read_source
+from hooklint.static.source import SourceError
 
 INSTALL_HINT = "pip install 'hooklint[torch]'"
 STARTUP_TIMEOUT = 120.0  # importing torch on a cold disk can be slow
