@@ -35,6 +35,8 @@ _RULE_MODULES = (
     "hooklint.rules.grads_diverge_across_ranks",
     "hooklint.rules.grad_edit_races_allreduce",
     "hooklint.rules.param_hook_under_fsdp",
+    "hooklint.rules.handle_container_type",
+    "hooklint.rules.handle_attribute_unset",
 )
 
 
