@@ -37,6 +37,8 @@ _RULE_MODULES = (
     "hooklint.rules.param_hook_under_fsdp",
     "hooklint.rules.handle_container_type",
     "hooklint.rules.handle_attribute_unset",
+    "hooklint.rules.function_returns_view",
+    "hooklint.rules.function_backward_writes_grad",
 )
 
 
