@@ -39,6 +39,7 @@ _RULE_MODULES = (
     "hooklint.rules.handle_attribute_unset",
     "hooklint.rules.function_returns_view",
     "hooklint.rules.function_backward_writes_grad",
+    "hooklint.rules.hook_on_frozen_param",
 )
 
 
