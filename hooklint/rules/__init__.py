@@ -41,6 +41,7 @@ _RULE_MODULES = (
     "hooklint.rules.function_backward_writes_grad",
     "hooklint.rules.hook_on_frozen_param",
     "hooklint.rules.hook_assumes_tensor_output",
+    "hooklint.rules.backward_hook_on_embedding",
 )
 
 

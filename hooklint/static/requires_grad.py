@@ -151,3 +151,58 @@ def filtered_by_requires_grad(loop: ast.For) -> bool:
     """The loop's collection is already filtered (``filter(lambda p: p.requires_grad, ...)``,
     ``[p for p in ... if p.requires_grad]``) somewhere the loop's iterable shows."""
     return any(_mentions_requires_grad(n) for n in ast.walk(loop.iter) if isinstance(n, (ast.Lambda, ast.comprehension)))
+
+
+# ------------------------------------------------------------------ embedding layers
+
+_EMBEDDING_CLASSES = ("Embedding", "EmbeddingBag")
+
+
+def embedding_layer(model: SemanticModel, inference: Inference, expr: ast.AST, depth: int = 0) -> str | None:
+    """How ``expr`` is an embedding layer of a model the file does not build
+    (words for a message), or None.  An embedding's input is integer ids,
+    which never require grad: its output requires grad only when its weight
+    does."""
+    if depth > _MAX_DEPTH:
+        return None
+    value = inference.infer(expr)
+    if getattr(value, "call", None) is not None or getattr(value, "local_class", None) is not None:
+        return None  # built in this file: its weight requires grad unless the file freezes it
+    names = getattr(getattr(value, "narrowing", None), "names", ()) or ()
+    torch_class = getattr(value, "torch_class", None) or ""
+    if getattr(value, "call", None) is None and (
+            torch_class.rsplit(".", 1)[-1] in _EMBEDDING_CLASSES or any(n in _EMBEDDING_CLASSES for n in names)):
+        return f"`{ast.unparse(expr)}` (an `nn.Embedding`)"
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if "embedding" in called.lower() and not called.lower().startswith(("make", "create", "build", "new")):
+            return f"`{ast.unparse(expr)}` (the model's embedding layer)"
+        return None
+    if isinstance(expr, ast.Attribute) and "embed" in expr.attr.lower() and isinstance(expr.ctx, ast.Load):
+        if outside_root(model, inference, expr) is not None:
+            return f"`{ast.unparse(expr)}` (the model's embedding layer)"
+        return None
+    if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+        bindings = model.bindings_at(expr)
+        if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
+                and isinstance(bindings[0].value, ast.AST):
+            found = embedding_layer(model, inference, bindings[0].value, depth + 1)
+            return found.replace(f"`{ast.unparse(bindings[0].value)}`", f"`{expr.id}` = `{ast.unparse(bindings[0].value)}`", 1) \
+                if found else None
+    return None
+
+
+def makes_trainable(scope: ast.AST) -> ast.AST | None:
+    """A place in ``scope`` that switches gradients on (``p.requires_grad = True``,
+    ``requires_grad_()`` / ``requires_grad_(True)``), or None."""
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad"
+                                                for t in node.targets):
+            if not (isinstance(node.value, ast.Constant) and node.value.value is False):
+                return node
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_":
+            arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "requires_grad"), None)
+            if arg is None or not (isinstance(arg, ast.Constant) and arg.value is False):
+                return node
+    return None

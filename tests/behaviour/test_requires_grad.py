@@ -58,3 +58,44 @@ def test_on_a_fully_trainable_model_both_work(frozen):
     stats = frozen["GradientStats"](torch.optim.SGD(model.parameters(), lr=0.1))
     model(torch.randn(5, 3)).sum().backward()
     assert len(stats.norms) == 4  # why the library's own tests pass
+
+
+# --------------------------------------------------------------------- HKL311
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+    def get_input_embeddings(self):
+        return self.embed
+
+
+@pytest.fixture(scope="module")
+def embeddings():
+    return runpy.run_path(str(RULES / "hkl311_backward_hook_on_embedding.py"))
+
+
+def test_backward_hook_on_a_frozen_embedding_never_runs(embeddings):
+    tokens = torch.tensor([[1, 2, 3]])
+    model = TinyLM()
+    assert len(embeddings["embedding_gradients"](model, tokens)) == 1  # trainable: the library's own tests
+    model.embed.requires_grad_(False)  # fine-tuning with a frozen embedding
+    assert embeddings["embedding_gradients"](model, tokens) == []  # silently nothing
+    grads = embeddings["trainable_embedding_gradients"](model, tokens)
+    assert len(grads) == 1 and grads[0].shape == (1, 3, 4)
+    assert model.embed.weight.requires_grad is False  # restored
+
+
+def test_tensor_hook_on_a_frozen_embeddings_output_raises(embeddings):
+    tokens = torch.tensor([[1, 2, 3]])
+    model = TinyLM()
+    assert len(embeddings["embedding_output_gradients"](model, tokens)) == 1
+    model.embed.requires_grad_(False)
+    with pytest.raises(RuntimeError, match=REGISTER_ERROR):
+        embeddings["embedding_output_gradients"](model, tokens)
