@@ -42,6 +42,7 @@ _RULE_MODULES = (
     "hooklint.rules.hook_on_frozen_param",
     "hooklint.rules.hook_assumes_tensor_output",
     "hooklint.rules.backward_hook_on_embedding",
+    "hooklint.rules.backward_only_for_hooks",
 )
 
 

@@ -8,6 +8,7 @@ from hooklint.findings import Finding, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.hooks import HookKind
+from hooklint.static.outside import chosen_in_file, outside_root
 from hooklint.static.requires_grad import caller_parameter, checks_requires_grad, filtered_by_requires_grad
 
 REGISTER_ERROR = "RuntimeError: cannot register a hook on a tensor that doesn't require gradient"
@@ -131,6 +132,10 @@ class HookOnFrozenParam(Rule):
                 continue
             if filtered_by_requires_grad(found.loop) or checks_requires_grad(reg.call, found.name.id, found.loop):
                 continue
+            if found.owner is not None:
+                root = outside_root(ctx.model, ctx.inference, found.owner)
+                if root is not None and chosen_in_file(ctx.model, ctx.inference, ctx.hooks.resolver, reg.call, root[1]):
+                    continue  # every call in this file passes a model the file builds
             seen.add(id(reg.call))
             api = "register_post_accumulate_grad_hook" if reg.kind is HookKind.POST_ACCUMULATE else "register_hook"
             yield self.finding(

@@ -31,6 +31,7 @@ class CallerParameter:
     name: ast.Name  # the use (the hooked receiver)
     source: str  # "each parameter of `module` (the argument `module` of `Hook._backward_apply`)"
     loop: ast.For
+    owner: ast.expr | None = None  # the module whose parameters these are (None for param_groups)
 
 
 def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) -> CallerParameter | None:
@@ -45,12 +46,13 @@ def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) 
         return None
     binding = bindings[0]
     loop: ast.For = binding.node  # type: ignore[assignment]
-    source = _collection(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
-    return CallerParameter(expr, source, loop) if source is not None else None
+    found = _collection(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
+    return CallerParameter(expr, found[0], loop, found[1]) if found is not None else None
 
 
 def _collection(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],
-                depth: int) -> str | None:
+                depth: int) -> tuple[str, ast.expr | None] | None:
+    """(words for the collection, the module that owns it or None)."""
     if depth > _MAX_DEPTH:
         return None
     if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate" \
@@ -68,17 +70,17 @@ def _collection(model: SemanticModel, inference: Inference, iterable: ast.AST, p
         found = outside_root(model, inference, owner)
         if found is None:
             return None
-        return f"each parameter of `{ast.unparse(owner)}` ({found[0]})"
+        return f"each parameter of `{ast.unparse(owner)}` ({found[0]})", owner
     # `group["params"]` with `group` drawn from `<optimizer>.param_groups`
     if isinstance(iterable, ast.Subscript) and path == () and _is_str(iterable.slice, "params"):
         group = iterable.value
         if isinstance(group, ast.Name):
             bindings = model.bindings_at(group)
             if len(bindings) == 1 and bindings[0].kind == "for" and _param_groups(bindings[0].value, bindings[0].path):
-                return f"each parameter in the `param_groups` of `{_owner_text(bindings[0].value)}`"
+                return f"each parameter in the `param_groups` of `{_owner_text(bindings[0].value)}`", None
         if isinstance(group, ast.Subscript) and isinstance(group.value, ast.Attribute) \
                 and group.value.attr == "param_groups":
-            return f"each parameter in the `param_groups` of `{ast.unparse(group.value.value)}`"
+            return f"each parameter in the `param_groups` of `{ast.unparse(group.value.value)}`", None
     return None
 
 
