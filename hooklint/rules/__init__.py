@@ -43,6 +43,7 @@ _RULE_MODULES = (
     "hooklint.rules.hook_assumes_tensor_output",
     "hooklint.rules.backward_hook_on_embedding",
     "hooklint.rules.backward_only_for_hooks",
+    "hooklint.rules.forward_hook_replaces_output",
 )
 
 

@@ -225,3 +225,102 @@ def _rebound(hook: ast.AST, name: str) -> bool:
 
 def _is_zero(index: ast.AST) -> bool:
     return isinstance(index, ast.Constant) and index.value == 0
+
+
+# ------------------------------------------------------------------ returned values
+
+# Values no module returns as its output: Python scalars, strings, sizes.
+_SCALAR_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "round", "abs", "repr", "format"})
+_SCALAR_METHODS = frozenset({"item", "numel", "nelement", "dim", "tolist", "size", "element_size", "count",
+                             "index", "format", "join"})
+_SCALAR_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad"})
+
+
+@dataclass(frozen=True)
+class NonOutputReturn:
+    node: ast.Return
+    what: str  # "an `int` (`len(x)`)"
+
+
+def non_output_returns(model, hook: ast.AST, params: list[str]) -> list[NonOutputReturn]:
+    """``return`` statements of a forward hook (or pre-hook) whose value cannot
+    be meant as the module's new output (or input): a Python scalar, a string,
+    a size; or, in a hook that returns None on its other paths, the result of
+    a function of this file that takes none of the hook's arguments and
+    always returns a value (a counter's ``zero_ops()``)."""
+    if isinstance(hook, ast.Lambda):
+        returns = [ast.Return(value=hook.body, lineno=hook.body.lineno, col_offset=hook.body.col_offset)]
+        falls_through = False
+    elif isinstance(hook, FunctionNode):
+        returns = [n for n in executed_nodes(hook) if isinstance(n, ast.Return)]
+        falls_through = _falls_through(hook.body)
+    else:
+        return []
+    none_path = falls_through or any(r.value is None or _is_none(r.value) for r in returns)
+    out: list[NonOutputReturn] = []
+    for ret in returns:
+        value = ret.value
+        if value is None or _is_none(value):
+            continue
+        what = _scalar(value)
+        if what is None and none_path and not _mentions(value, params):
+            what = _value_function(model, value)
+        if what is not None:
+            out.append(NonOutputReturn(ret, what))
+    return out
+
+
+def _scalar(value: ast.AST) -> str | None:
+    if isinstance(value, ast.Constant) and not isinstance(value.value, type(None)):
+        return f"a `{type(value.value).__name__}` (`{ast.unparse(value)}`)"
+    if isinstance(value, ast.JoinedStr):
+        return "a `str`"
+    if isinstance(value, ast.Compare) or isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not):
+        return f"a `bool` (`{ast.unparse(value)}`)"
+    if isinstance(value, ast.Call):
+        func = value.func
+        if isinstance(func, ast.Name) and func.id in _SCALAR_BUILTINS:
+            return f"a `{func.id if func.id != 'len' else 'int'}` (`{ast.unparse(value)}`)"
+        if isinstance(func, ast.Attribute) and func.attr in _SCALAR_METHODS:
+            return f"a Python value (`{ast.unparse(value)}`)"
+    if isinstance(value, ast.Attribute) and value.attr in _SCALAR_ATTRIBUTES:
+        return f"`{ast.unparse(value)}`"
+    return None
+
+
+def _value_function(model, value: ast.AST) -> str | None:
+    """A call of a function defined in this file whose every return gives a value."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Name):
+        return None
+    bindings = model.bindings_at(value.func)
+    if len(bindings) != 1 or bindings[0].kind != "def" or not isinstance(bindings[0].node, FunctionNode):
+        return None
+    func = bindings[0].node
+    returns = [n for n in executed_nodes(func) if isinstance(n, ast.Return)]
+    if not returns or _falls_through(func.body) or any(r.value is None or _is_none(r.value) for r in returns):
+        return None
+    return f"the value of `{ast.unparse(value)}` (`{func.name}` always returns one)"
+
+
+def _mentions(value: ast.AST, names: list[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(value))
+
+
+def _is_none(value: ast.AST) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
+
+
+def _falls_through(body: list[ast.stmt]) -> bool:
+    """Can the block end without a return or raise (so the function returns None)?"""
+    if not body:
+        return True
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return False
+    if isinstance(last, ast.If):
+        return _falls_through(last.body) or _falls_through(last.orelse)
+    if isinstance(last, (ast.With, ast.AsyncWith)):
+        return _falls_through(last.body)
+    if isinstance(last, ast.Try):
+        return _falls_through(last.body + last.orelse) or any(_falls_through(h.body) for h in last.handlers)
+    return True

@@ -74,3 +74,34 @@ def test_tensor_only_models_and_type_filtered_hooks_work(summaries):
     assert summaries["output_shapes"](cnn, torch.randn(1, 3, 8, 8))["model.2"] == (2, 4, 4)
     assert summaries["conv_output_shapes"](cnn, torch.randn(1, 3, 8, 8)) == [(1, 4, 6, 6), (1, 2, 4, 4)]
     assert summaries["conv_output_shapes"](Tagger(), torch.randn(2, 5, 4)) == []  # the LSTM is not hooked
+
+
+# --------------------------------------------------------------------- HKL407
+
+
+@pytest.fixture
+def counters():
+    return runpy.run_path(str(RULES / "hkl407_forward_hook_replaces_output.py"))
+
+
+def test_a_counter_returned_by_a_forward_hook_replaces_the_output(counters):
+    x = torch.randn(1, 3, 4, 4)
+    out = counters["upsample"](x)
+    assert out.shape == (1,) and out.dtype == torch.float64  # the feature map is gone
+    with pytest.raises(RuntimeError):
+        nn.Conv2d(3, 2, 3)(counters["upsample"](x))  # the next layer fails
+    assert counters["fixed_upsample"](x).shape == (1, 3, 8, 8)
+    assert counters["fixed_upsample"].total_ops == 1 * 3 * 8 * 8
+
+
+def test_a_flag_returned_by_a_forward_hook_replaces_the_output(counters):
+    x = torch.randn(2, 4)
+    assert counters["counted"](x) is False  # False is not None: it is the Linear's output now
+    assert counters["counted"](x) is True
+
+
+def test_a_deliberate_replacement_is_kept(counters):
+    lin = counters["halved"]
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias) * 0.5)
