@@ -177,9 +177,8 @@ class HandleAttributeUnset(Rule):
             unseen: list[str] | None = None
             for attr in holders:
                 for read in attrs.unset_reads(cls, attr):
-                    if id(read.read) in reported or ctx.model.enclosing_class(read.method) is not cls \
-                            and read.entry == "__init__":
-                        continue
+                    if id(read.read) in reported:
+                        continue  # a base class's read, reported for its first subclass
                     reported.add(id(read.read))
                     if unseen is None:
                         unseen = attrs.unseen_bases(cls)
