@@ -37,6 +37,15 @@ _RULE_MODULES = (
     "hooklint.rules.grad_edit_races_allreduce",
     "hooklint.rules.param_hook_under_fsdp",
     "hooklint.rules.unused_noqa",
+    "hooklint.rules.handle_container_type",
+    "hooklint.rules.handle_attribute_unset",
+    "hooklint.rules.function_returns_view",
+    "hooklint.rules.function_backward_writes_grad",
+    "hooklint.rules.hook_on_frozen_param",
+    "hooklint.rules.hook_assumes_tensor_output",
+    "hooklint.rules.backward_hook_on_embedding",
+    "hooklint.rules.backward_only_for_hooks",
+    "hooklint.rules.forward_hook_replaces_output",
 )
 
 

@@ -12,7 +12,7 @@ from hooklint.static.context import FileContext
 from hooklint.static.handles import callers_code_run_after
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
-from hooklint.static.outside import outside_root
+from hooklint.static.outside import built_in_file, outside_root
 from hooklint.static.travel import EMPTY
 from hooklint.static.values import ModuleValue, src
 
@@ -190,7 +190,7 @@ class FullHookOnCallerModule(Rule):
             origin, root = found
             # what the caller passed, followed to the outermost call this file shows
             envs = resolver.envs_at(reg.call, [root])
-            if any(env is not EMPTY and _shown_in_file(ctx, resolver.origin(root, env)) for env in envs):
+            if any(env is not EMPTY and built_in_file(ctx.model, ctx.inference, resolver.origin(root, env)) for env in envs):
                 continue  # a call in this file chooses the module: HKL403 judges it there
             if _runs_forward_itself(ctx, reg):
                 continue  # `out = net(x)` here: the hooked module is the model this code runs
@@ -226,22 +226,6 @@ class FullHookOnCallerModule(Rule):
                      "module.",
                 related=related,
             )
-
-
-def _shown_in_file(ctx: FileContext, expr: ast.AST | None) -> bool:
-    """The module a call site passes is one this file builds (`net.fc` with
-    `net = Net()`), so its graph can be judged here."""
-    if expr is None:
-        return False
-    base = expr
-    while isinstance(base, (ast.Attribute, ast.Subscript)):
-        base = base.value
-    if not hasattr(base, "_hl_scope") or outside_root(ctx.model, ctx.inference, expr) is not None:
-        return False
-    value = ctx.inference.infer(base)
-    if value is None:
-        return ctx.inference.built_by_local_factory(base)  # `model = build_model()`
-    return isinstance(value, ModuleValue) and (value.local_class is not None or value.torch_class is not None)
 
 
 def _runs_forward_itself(ctx: FileContext, reg: Registration) -> bool:

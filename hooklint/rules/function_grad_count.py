@@ -10,8 +10,11 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.autograd_function import (
     FUNCTION_TRIGGER_PATTERN,
     FUNCTION_TRIGGERS,
+    REGISTER_AUTOGRAD_TRIGGERS,
     AutogradFunction,
+    RegisteredBackward,
     autograd_functions,
+    registered_backwards,
 )
 from hooklint.static.bodies import return_statements
 from hooklint.static.context import FileContext
@@ -195,6 +198,17 @@ class FunctionGradCount(Rule):
     `forward(ctx, *args)` is not checked.  The `setup_context` style
     (`forward(x, w)` without `ctx`) counts the same way.
 
+    A backward registered for a custom op with
+    `torch.library.register_autograd` (or `op.register_autograd`), for an op
+    the file defines with `@torch.library.custom_op` or
+    `torch.library.define`, is checked too, and more strictly: it must
+    return exactly one value per positional input of the op (defaults are
+    filled in).  Fewer fail at backward on every release; an extra trailing
+    `None` is rejected by PyTorch since mid-2026 ("The backward formula for
+    ns.op.default returned an incorrect number of gradients (expected 5, got
+    6)"), and by torch 2.13 already for ops with list arguments, whose
+    structure it compares (torchrec 1.7's `reduce_scatter_tensor` backward).
+
     ## Known problems
     hooklint counts the values only when it can see them: a tuple literal, or
     an expression that is certainly one tensor.  `return grads` where `grads`
@@ -248,8 +262,8 @@ class FunctionGradCount(Rule):
     name = "function-grad-count"
     summary = "A custom autograd Function's backward returns a different number of gradients than forward has inputs"
     severity = Severity.ERROR
-    triggers = FUNCTION_TRIGGERS
-    trigger_pattern = FUNCTION_TRIGGER_PATTERN
+    triggers = FUNCTION_TRIGGERS + REGISTER_AUTOGRAD_TRIGGERS
+    trigger_pattern = FUNCTION_TRIGGER_PATTERN + "|register_autograd"
     VALID: ClassVar[tuple[str, ...]] = (
         # one gradient per input, None for the non-tensor one
         "import torch\n"
@@ -314,6 +328,16 @@ class FunctionGradCount(Rule):
         "    @staticmethod\n"
         "    def backward(ctx, g):\n"
         "        return split_grad(g)\n",
+        # a backward registered for a custom op, one gradient per input (method form)
+        "import torch\n"
+        "@torch.library.custom_op('demo::scale', mutates_args=())\n"
+        "def scale(x: torch.Tensor, factor: float) -> torch.Tensor:\n"
+        "    return x * factor\n"
+        "def setup(ctx, inputs, output):\n"
+        "    ctx.factor = inputs[1]\n"
+        "def scale_backward(ctx, grad):\n"
+        "    return grad * ctx.factor, None\n"
+        "scale.register_autograd(scale_backward, setup_context=setup)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -354,6 +378,17 @@ class FunctionGradCount(Rule):
             "        a, b = ctx.saved_tensors\n"
             "        return g * b, g * a, g  # HKL501\n"
         ),
+        Invalid(
+            "import torch\n"
+            "@torch.library.custom_op('demo::scale', mutates_args=())\n"
+            "def scale(x: torch.Tensor, factor: float) -> torch.Tensor:\n"
+            "    return x * factor\n"
+            "def setup(ctx, inputs, output):\n"
+            "    ctx.factor = inputs[1]\n"
+            "def scale_backward(ctx, grad):\n"
+            "    return grad * ctx.factor, None, None  # HKL501\n"
+            "torch.library.register_autograd('demo::scale', scale_backward, setup_context=setup)\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -373,6 +408,35 @@ class FunctionGradCount(Rule):
                              "none (non-tensor arguments, tensors that do not require grad).",
                         related=related,
                     )
+        for op in registered_backwards(ctx):
+            values = _Values(ctx, op)  # type: ignore[arg-type]
+            for ret in return_statements(op.backward):
+                got = values.count(ret.value)
+                if got is None or got == len(op.inputs):
+                    continue
+                yield self._registered_problem(ctx, op, ret, got)
+
+    def _registered_problem(self, ctx: FileContext, op: RegisteredBackward, ret: ast.Return, got: int) -> Finding:
+        inputs = ", ".join(f"`{p}`" for p in op.inputs)
+        want = len(op.inputs)
+        message = (f"`{op.backward.name}`, registered as the backward of `{op.op}` (`register_autograd`, line "
+                   f"{op.registration.lineno}), returns {got} gradient{'s' if got != 1 else ''}, but the op has "
+                   f"{want} input{'s' if want != 1 else ''} ({inputs}): ")
+        if got < want:
+            message += (f"torch raises `RuntimeError: ... returned an incorrect number of gradients` when this "
+                        f"backward runs")
+        else:
+            message += (f"unlike an autograd.Function, a registered backward must return exactly one gradient per "
+                        f"input, extra Nones included (PyTorch raises \"The backward formula for "
+                        f"{op.op.replace('::', '.')}.default returned an incorrect number of gradients (expected "
+                        f"{want}, got {got})\" since mid-2026; earlier releases drop the extra Nones except for ops "
+                        f"with list arguments, whose structure they compare)")
+        return self.finding(
+            ctx, ret, message,
+            help=f"Return exactly {want} value{'s' if want != 1 else ''}: one gradient per input of the op, in order, "
+                 f"`None` for inputs that need none.",
+            related=[Related("registered here", ctx.display_path, ctx.span(op.registration)[0])],
+        )
 
     def _problem(self, ctx: FileContext, fn: AutogradFunction, values: _Values, ret: ast.Return, got: int,
                  sites: list[tuple[ast.Call, int]]) -> tuple[str, list[Related]] | None:

@@ -1474,7 +1474,15 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
                     rt.confirm_site_group(group)
                 except Exception as exc:  # noqa: BLE001
                     rt.internal_error(rec.sessions, exc)
-        return hook(*args, **kwargs)
+        result = hook(*args, **kwargs)
+        if result is not None and rec.live and rec.kind is HookKind.FORWARD and args:
+            try:
+                obs = observe.replaced_output(rec, hook, args[0], args[-1], result)
+                if obs is not None:
+                    rt.emit(rec.sessions, obs)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(rec.sessions, exc)
+        return result
 
     return hooklint_forward_hook
 

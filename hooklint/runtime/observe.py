@@ -423,6 +423,40 @@ def optimizer_step_applies_again(rec: "HookRecord", optimizer: Any, params: list
     )
 
 
+# -- HKL407 --------------------------------------------------------------------
+
+
+def replaced_output(rec: "HookRecord", hook: Any, module: Any, output: Any, result: Any) -> Observation | None:
+    """HKL407: a forward hook returned a value that replaced a tensor output
+    and cannot be meant as one: not a tensor, or one element where the output
+    had several (a count).  Reported where the hook is defined, which may be
+    another file than its registration (a table of counters)."""
+    if not isinstance(output, torch.Tensor):
+        return None
+    if isinstance(result, torch.Tensor):
+        if result.numel() != 1 or output.numel() == 1:
+            return None
+        what = f"a one-element tensor ({result.dtype}) where the output was {tuple(output.shape)}"
+    else:
+        what = f"a `{type(result).__name__}` where the output was a tensor of shape {tuple(output.shape)}"
+    target = rec.target_text()
+    code = describe.hook_code(hook)
+    site = frames.code_site(code) if code is not None else rec.site
+    return Observation(
+        code="HKL407",
+        key=("HKL407", site, rec.name),
+        site=site,
+        message=f"{rec.what()} on {target} returned {what}: PyTorch takes any value a forward hook returns other "
+        f"than None as the module's new output, so the rest of the forward ran on it",
+        help="Return nothing from a hook that only records (`return`), and keep counts elsewhere "
+             "(`module.total_ops += ...`).",
+        expected="None, or a replacement of the output's shape",
+        observed=what,
+        subject=target,
+        subject_noun=rec.subject_noun,
+    )
+
+
 # -- HKL201 --------------------------------------------------------------------
 
 

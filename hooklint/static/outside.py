@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
-from hooklint.static.values import Inference
+from hooklint.static.values import Inference, ModuleValue
 
 _SUBMODULE_ITERATORS = {"modules": (), "named_modules": (1,), "children": (), "named_children": (1,)}
 
@@ -70,6 +70,33 @@ def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
     if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr):
         return outside_root(model, inference, b.value, depth + 1)
     return None
+
+
+def built_in_file(model: SemanticModel, inference: Inference, expr: ast.AST | None) -> bool:
+    """The module a call site passes is one this file builds (`net.fc` with
+    `net = Net()`, `model = build_model()`), so what it is can be judged here."""
+    if expr is None:
+        return False
+    base = expr
+    while isinstance(base, (ast.Attribute, ast.Subscript)):
+        base = base.value
+    if not hasattr(base, "_hl_scope") or outside_root(model, inference, expr) is not None:
+        return False
+    value = inference.infer(base)
+    if value is None:
+        return inference.built_by_local_factory(base)  # `model = build_model()`
+    return isinstance(value, ModuleValue) and (value.local_class is not None or value.torch_class is not None)
+
+
+def chosen_in_file(model: SemanticModel, inference: Inference, resolver, call: ast.AST, root: ast.AST) -> bool:
+    """A call in this file hands the registering code a module the file builds
+    (``root`` is what :func:`outside_root` found; ``resolver`` the hook index's
+    :class:`~hooklint.static.travel.Resolver`): the registration is not a
+    library's hook on an unknown caller's model."""
+    for env in resolver.envs_at(call, [root]):
+        if env.site is not None and built_in_file(model, inference, resolver.origin(root, env)):
+            return True
+    return False
 
 
 def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:

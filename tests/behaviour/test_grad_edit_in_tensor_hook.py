@@ -182,13 +182,15 @@ import torch
 
 def add_gradient_noise(model, std):
     for p in model.parameters():
-        p.register_hook(lambda grad: grad + torch.randn_like(grad) * std)
+        if p.requires_grad:  # a frozen parameter cannot be hooked (HKL206)
+            p.register_hook(lambda grad: grad + torch.randn_like(grad) * std)
 
 def add_gradient_noise_after(model, std):
     def noise(p):
         p.grad.add_(torch.randn_like(p.grad) * std)
     for p in model.parameters():
-        p.register_post_accumulate_grad_hook(noise)
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(noise)
 """
 
 

@@ -680,3 +680,39 @@ def test_pytest_traceback_hides_the_wrappers(pytester):
     output = result.stdout.str()
     assert "boom in the hook" in output and "def bad_hook" in output
     assert "hooklint_tensor_hook" not in output and "hooklint/runtime" not in output
+
+
+def test_hkl407_forward_hook_replacing_the_output_with_a_count(observe):
+    """A counter's early `return` replaces the module's output (thop's count_upsample);
+    the finding is where the hook is defined."""
+    seen = observe("""
+        import torch
+        import torch.nn as nn
+
+        def zero_ops():
+            return torch.zeros(1, dtype=torch.float64)
+
+        def count_upsample(module, inputs, output):  # DEF
+            if module.mode == "nearest":
+                return zero_ops()
+            module.total_ops += output.numel()
+
+        net = nn.Sequential(nn.Upsample(scale_factor=2), nn.Conv2d(3, 4, 3))
+        net[0].total_ops = 0
+        net[0].register_forward_hook(count_upsample)
+        net(torch.rand(1, 3, 8, 8))
+    """, expect_error=RuntimeError)
+    finding = seen.only("HKL407")
+    assert finding.location.row == seen.line_of("# DEF")
+    assert "returned a one-element tensor (torch.float64) where the output was (1, 3, 16, 16)" in finding.message
+
+    fine = observe("""
+        import torch
+        import torch.nn as nn
+
+        lin = nn.Linear(4, 4)
+        lin.register_forward_hook(lambda m, i, o: o * 0.5)
+        lin.register_forward_hook(lambda m, i, o: None)
+        lin(torch.rand(2, 4))
+    """)
+    assert not [f for f in fine.findings if f.code == "HKL407"]

@@ -1,0 +1,138 @@
+"""Real torch: what HKL504 and HKL505 claim about custom autograd Functions,
+run on the fixtures' own Functions.
+
+- HKL504: an output that is a view made inside a custom Function cannot be
+  modified in place ("... is a view and is being modified inplace. This
+  view was created inside a custom Function ..."); the same view made
+  outside the Function can, with the right gradients.
+- HKL505: a backward that runs a nested backward into an input and returns
+  that input's `.grad` counts the gradient twice (and again whatever
+  `.grad` held before); `torch.autograd.grad` gives the reference.
+"""
+
+from __future__ import annotations
+
+import runpy
+
+import pytest
+
+from conftest import FIXTURES, lint
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+RULES = FIXTURES / "rules"
+VIEW_ERROR = r"is a view and is being modified inplace\. This view was created inside a custom Function"
+
+
+@pytest.fixture(scope="module")
+def views():
+    return runpy.run_path(str(RULES / "hkl504_function_returns_view.py"))
+
+
+@pytest.fixture(scope="module")
+def writes():
+    return runpy.run_path(str(RULES / "hkl505_function_backward_writes_grad.py"))
+
+
+def _inplace_after(apply, *args):
+    out = apply(*args)
+    out.add_(1)  # a caller's `out += bias`
+    out.sum().backward()
+
+
+def test_view_returned_by_a_function_cannot_be_modified_in_place(views):
+    a = torch.randn(4, 3, requires_grad=True)  # 2-D: the identity lambda, so a view
+    b = torch.randn(3, 5, requires_grad=True)
+    with pytest.raises(RuntimeError, match=VIEW_ERROR):
+        _inplace_after(views["FlatMatmul"].apply, a, b)
+    a3 = torch.randn(2, 4, 3, requires_grad=True)  # 3-D: cloned, works
+    _inplace_after(views["FlatMatmul"].apply, a3, b)
+    with pytest.raises(RuntimeError, match=VIEW_ERROR):
+        _inplace_after(views["Transposed"].apply, a)
+    with pytest.raises(RuntimeError, match=VIEW_ERROR):  # not reported (the idiom), but the same failure
+        _inplace_after(views["GradReverse"].apply, a)
+    with pytest.raises(RuntimeError, match=VIEW_ERROR):
+        _inplace_after(views["Unpad"].apply, a)
+
+
+def test_view_made_outside_the_function_is_fine_and_gradients_match(views):
+    a = torch.randn(2, 4, 3, requires_grad=True)
+    b = torch.randn(3, 5, requires_grad=True)
+    out = views["flat_matmul"](a, b)
+    out.add_(1)
+    out.sum().backward()
+    ref_a, ref_b = a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
+    (ref_a @ ref_b + 1).sum().backward()
+    torch.testing.assert_close(a.grad, ref_a.grad)
+    torch.testing.assert_close(b.grad, ref_b.grad)
+    x = torch.randn(3, requires_grad=True)
+    y = views["ClonedGradReverse"].apply(x)
+    y.add_(1)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, -torch.ones(3))
+
+
+def test_hkl504_reports_the_fixture_views(views):
+    text = (RULES / "hkl504_function_returns_view.py").read_text()
+    expected = [row for row, line in enumerate(text.splitlines(), 1) if line.endswith("# HKL504")]
+    assert [f.location.row for f in lint(text, "HKL504")] == expected and len(expected) == 3
+
+
+def _weight_grad(apply, preexisting: bool):
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    w = torch.randn(4, 3, requires_grad=True)
+    g = torch.randn(6, 3)
+    if preexisting:
+        w.grad = torch.ones(4, 3)  # an earlier micro-batch
+    torch.autograd.backward(apply(x, w), g)
+    return w.grad.clone(), (x.t() @ g) + (1 if preexisting else 0)
+
+
+@pytest.mark.parametrize("preexisting", [False, True])
+def test_nested_backward_counts_the_weight_gradient_twice(writes, preexisting):
+    got, reference = _weight_grad(writes["RecomputedLinear"].apply, preexisting)
+    # the nested backward accumulated once, then the engine added the returned .grad (which
+    # holds that and the earlier gradient) again: twice the new gradient, twice the earlier one
+    torch.testing.assert_close(got, 2 * reference)
+    assert not torch.allclose(got, reference)
+    fixed, reference = _weight_grad(writes["FixedRecomputedLinear"].apply, preexisting)
+    torch.testing.assert_close(fixed, reference)
+
+
+def test_grad_assigned_and_returned_is_counted_twice(writes):
+    got, reference = _weight_grad(writes["ManualWeightGrad"].apply, False)
+    torch.testing.assert_close(got, 2 * reference)
+
+
+# --------------------------------------------------- HKL501: register_autograd
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return runpy.run_path(str(RULES / "hkl501_register_autograd.py"))
+
+
+def test_registered_backward_with_too_few_gradients_raises(ops):
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="incorrect number of gradients"):
+        torch.ops.hooklint_fixture.shift(x, 1.0).sum().backward()
+
+
+def test_registered_backward_with_an_extra_none_on_a_list_op_raises(ops):
+    x = torch.ones(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Expected the return from backward to be of the same structure"):
+        ops["scale_first"]([x], 2.0).sum().backward()
+
+
+def test_registered_backward_extra_none_is_dropped_by_torch_2_13_but_the_count_is_one_per_input(ops):
+    """torch 2.13 drops an extra trailing None for ops without list arguments
+    (later PyTorch raises, as torchrec's tests found); the right count works everywhere."""
+    x = torch.ones(3, requires_grad=True)
+    ops["scale"](x, 2.0, False).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    y = torch.ones(3, requires_grad=True)
+    ops["scale_fixed"](y, 2.0, True).sum().backward()
+    torch.testing.assert_close(y.grad, torch.full((3,), 0.5))
