@@ -25,6 +25,9 @@ _RULE_MODULES = (
     "hooklint.rules.grads_diverge_across_ranks",
     "hooklint.rules.grad_edit_races_allreduce",
     "hooklint.rules.param_hook_under_fsdp",
+    "hooklint.rules.hook_after_compile",
+    "hooklint.rules.hook_removed_before_recompute",
+    "hooklint.rules.stateful_hook_under_checkpoint",
 )
 
 
