@@ -338,6 +338,10 @@ def runs_after(first: ast.AST, second: ast.AST) -> Order | None:
         if index < other_index or (index == other_index and _position(first) < _position(second)
                                    and stmt is other_stmt and _simple(stmt)):
             return Order("after")
+        if index == other_index and stmt is other_stmt and _later_part(stmt, a[level - 1][2] if level else first,
+                                                                       b[b.index((block, other_index, other_stmt)) - 1][2]
+                                                                       if b.index((block, other_index, other_stmt)) else second):
+            return Order("after")
         # `second` comes first in this block: on a later iteration of a loop holding both, it runs after
         loop = _enclosing_loop(stmt, func)
         if loop is not None and not _conditional_between([item for item in b if _inside(item[2], loop)
@@ -345,6 +349,24 @@ def runs_after(first: ast.AST, second: ast.AST) -> Order | None:
             return Order("next-iteration", loop)
         return None
     return None
+
+
+def _later_part(stmt: ast.stmt, first: ast.AST, second: ast.AST) -> bool:
+    """In one compound statement: does the part holding ``second`` run after the
+    part holding ``first``?  A ``try``'s ``finally`` (and ``else``) after its body,
+    a ``with``'s or loop's body items in order."""
+    if isinstance(stmt, ast.Try):
+        def part(node: ast.AST) -> int:
+            if node in stmt.body:
+                return 0
+            if node in stmt.orelse:
+                return 1
+            if node in stmt.finalbody:
+                return 2
+            return -1
+        a, b = part(first), part(second)
+        return a >= 0 and b > a and (b == 2 or a == 0)
+    return False
 
 
 def _simple(stmt: ast.stmt) -> bool:
@@ -637,6 +659,8 @@ class Region:
     indexes: frozenset[int] | None = None
     # the region root's children in the order its forward calls them, when the file shows it
     order: list[str] | None = field(default=None)
+    # when the root's class is not known: the orders of every module class of the file
+    candidates: list[list[str]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -650,6 +674,17 @@ class CheckpointRegions:
         self.compiled = compiled or CompiledCalls(ctx, self.refs)
 
     def regions(self) -> list[Region]:
+        out = self._regions()
+        if any(r.order is None for r in out):
+            candidates = [order for info in self.ctx.model.classes.values()
+                          if self.ctx.model.is_module_class(info) is not False
+                          for order in [_forward_order(info)] if order]
+            for region in out:
+                if region.order is None:
+                    region.candidates = candidates
+        return out
+
+    def _regions(self) -> list[Region]:
         model = self.ctx.model
         out: list[Region] = []
         candidates = [c for calls in (model.name_calls, model.method_calls) for group in calls.values() for c in group]
@@ -764,9 +799,12 @@ class CheckpointRegions:
 
     def _item_classes(self, iterable: object) -> list[ClassInfo] | None:
         """``self.blocks`` assigned ``nn.ModuleList(Block() for _ in ...)`` or ``nn.ModuleList([Block(), ...])``."""
-        if not isinstance(iterable, ast.Attribute) or not isinstance(iterable.value, ast.Name):
+        if not isinstance(iterable, ast.Attribute):
             return None
-        cls = self.ctx.model.enclosing_class(iterable)
+        owner = self.ctx.inference.infer(iterable.value)
+        cls = owner.local_class if isinstance(owner, ModuleValue) else None
+        if cls is None and isinstance(iterable.value, ast.Name):
+            cls = self.ctx.model.enclosing_class(iterable)
         if cls is None:
             return None
         found: list[ClassInfo] = []
@@ -847,3 +885,43 @@ def iter_names(node: ast.AST) -> Iterator[ast.Name]:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name):
             yield sub
+
+
+def runs_again(region: Region, how: str, view: ModuleRef, pre_hook: bool) -> bool:
+    """Does a hook on this module of the region run again in the recompute?
+
+    Reentrant checkpointing reruns the whole region.  Non-reentrant
+    checkpointing (the default of ``checkpoint_wrapper``, and of
+    ``checkpoint(..., use_reentrant=False)``) stops once the last saved tensor
+    is rebuilt, inside the last layer's forward: forward hooks of the region's
+    root and of its last layer run once, their forward pre-hooks (which run
+    before the forward) twice.  Where the order of the region's layers is not
+    visible, the answer is no."""
+    if region.reentrant:
+        return True
+    if pre_hook:
+        return True
+    if how == "root":
+        return False
+    step = first_step_below(view, region.tree)
+    if step is None:
+        return False
+    if region.order is not None:
+        return step in region.order and step != region.order[-1]
+    # the root's class is not known: the module classes of the file whose forward calls this step
+    # must all call something after it
+    orders = [order for order in region.candidates if step in order]
+    return bool(orders) and all(step != order[-1] for order in orders)
+
+
+def runs_region(refs: Refs, call: ast.Call, region: Region) -> bool:
+    """Does ``call`` run the region's forward: the checkpoint call itself, or a
+    call of a module the region is part of?"""
+    if call is region.call:
+        return True
+    callee = call.func
+    if isinstance(callee, ast.Attribute) and callee.attr == "forward":
+        callee = callee.value
+    if not isinstance(callee, (ast.Name, ast.Attribute, ast.Subscript)):
+        return False
+    return any(relation(region.tree, view) is not None for view in refs.views(callee))
