@@ -12,6 +12,7 @@ from hooklint.static.compile_regions import (
     ModuleRef,
     Refs,
     is_compiled_handle,
+    receiver_views,
     relation,
     runs_after,
 )
@@ -241,45 +242,45 @@ class HookAfterCompile(Rule):
                 yield finding
 
     def _check(self, ctx: FileContext, refs: Refs, reg: Registration, compiled: list[Compiled]) -> Finding | None:
-        where = reg.site_call if reg.via else reg.call
-        receiver = reg.receiver_origin if reg.via and reg.receiver_origin is not None else reg.receiver
-        if is_compiled_handle(ctx, receiver):
-            return None  # the OptimizedModule's own hooks run in its __call__, outside the compiled code
-        target = refs.ref(receiver)
-        if target is None or where is None:
-            return None
-        for candidate in compiled:
-            order = runs_after(candidate.call, where)
-            if order is None:
-                continue
-            for tree, root_fires in candidate.trees:
-                how = relation(target, tree)
-                if how is None or (how == "root" and root_fires and not target.spread):
+        for site, receiver, views in receiver_views(ctx, refs, reg):
+            if is_compiled_handle(ctx, receiver) or not views:
+                continue  # the OptimizedModule's own hooks run in its __call__, outside the compiled code
+            target = views[0]
+            where = site if site is not None else reg.call
+            for candidate in compiled:
+                order = runs_after(candidate.call, where)
+                if order is None:
                     continue
-                return self._finding(ctx, reg, where, candidate, order.how, tree, how, target)
+                for tree, root_fires in candidate.trees:
+                    how = relation(target, tree)
+                    if how is None or (how == "root" and root_fires and not target.spread):
+                        continue
+                    return self._finding(ctx, reg, site, candidate, order.how, how, target)
         return None
 
-    def _finding(self, ctx: FileContext, reg: Registration, where, compiled: Compiled, order: str,
-                 tree: ModuleRef, how: str, target: ModuleRef) -> Finding:
+    def _finding(self, ctx: FileContext, reg: Registration, site, compiled: Compiled, order: str,
+                 how: str, target: ModuleRef) -> Finding:
         kind = _KIND_WORDS.get(reg.kind.value, "module hook")
         hook = f" `{reg.hook.name}`" if reg.hook is not None else ""
         call_row = ctx.span(compiled.call)[0].row
         by_row = ctx.span(compiled.compiled_by)[0].row
         compiled_text = src(compiled.call.func)
-        when = f"after the compiled call `{compiled_text}(...)` at line {call_row} ran" if order == "after" else \
-            (f"in a loop whose earlier iteration ran the compiled call `{compiled_text}(...)` at line {call_row}: "
-             f"from the second iteration on it comes after it")
+        if order == "after":
+            when = f"after the compiled call `{compiled_text}(...)` at line {call_row} ran"
+        else:
+            when = (f"in a loop, before the compiled call `{compiled_text}(...)` at line {call_row}: from the loop's "
+                    f"second iteration on it runs after compiled code ran")
         what = {"module": f"`torch.compile(...)` at line {by_row}", "in place": f"`.compile()` at line {by_row}",
                 "function": f"the `torch.compile` at line {by_row}"}[compiled.how]
         inside = "" if how == "root" else " (a submodule of the compiled model)" if not target.spread else \
             " (modules inside the compiled model)"
-        message = (f"{kind}{hook} is registered on `{reg.receiver_text}`{inside} {when}, compiled by {what}: "
+        message = (f"{kind}{hook} is registered on `{reg.receiver_text}`{inside} {when} (compiled by {what}): "
                    f"the compiled code was traced before the hook existed and dynamo does not guard on module hooks "
                    f"(`torch._dynamo.config.skip_nnmodule_hook_guards`), so the hook never fires in the calls that "
                    f"reuse it")
         related = [Related("the compiled call that ran first", ctx.display_path, ctx.span(compiled.call)[0]),
                    Related("compiled here", ctx.display_path, ctx.span(compiled.compiled_by)[0])]
-        if reg.via:
+        if site is not None:
             related.append(Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0]))
-            return self.finding(ctx, where, message, help=HELP, related=related)
+            return self.finding(ctx, site, message, help=HELP, related=related)
         return self.finding(ctx, reg.name_node, message, help=HELP, related=related, name_only=True)

@@ -12,17 +12,17 @@ from hooklint.static.compile_regions import (
     CheckpointRegions,
     Refs,
     Region,
-    region_relation,
-    relation,
+    receiver_views,
     runs_again,
     runs_after,
     runs_region,
+    views_relation,
 )
 from hooklint.static.context import FileContext
 from hooklint.static.flow import BackwardFinder, executed_nodes, function_of
 from hooklint.static.hook_effects import changes_output
 from hooklint.static.hooks import HookKind, Registration
-from hooklint.static.semantic import FunctionNode, positional_params
+from hooklint.static.semantic import FunctionNode
 from hooklint.static.values import src
 
 HELP = ("Remove the hook after the `backward()` that uses this forward (keep it registered through the "
@@ -222,12 +222,12 @@ class HookRemovedBeforeRecompute(Rule):
             change = changes_output(reg.hook.node, _changed_param(reg))
             if change is None:
                 continue
-            for receiver in _receivers(ctx, reg):
-                found = self._in_region(refs, receiver, reg, regions)
+            for site, _receiver, views in receiver_views(ctx, refs, reg):
+                found = self._in_region(views, reg, regions)
                 if found is None:
                     continue
                 region, how = found
-                removal = self._removal(ctx, refs, finder, reg, region)
+                removal = self._removal(ctx, refs, finder, reg, region, site)
                 if removal is None or id(removal.node) in reported:
                     continue
                 reported.add(id(removal.node))
@@ -235,18 +235,20 @@ class HookRemovedBeforeRecompute(Rule):
                 break
 
     @staticmethod
-    def _in_region(refs: Refs, receiver: ast.AST, reg: Registration, regions: list[Region]) -> tuple[Region, str] | None:
+    def _in_region(views, reg: Registration, regions: list[Region]) -> tuple[Region, str] | None:
         for region in regions:
-            rel = region_relation(refs, receiver, region)
+            rel = views_relation(views, region)
             if rel is not None and runs_again(region, rel[0], rel[1], reg.kind is HookKind.FORWARD_PRE):
                 return region, rel[0]
         return None
 
     # -- where the hook is removed
     def _removal(self, ctx: FileContext, refs: Refs, finder: BackwardFinder, reg: Registration,
-                 region: Region) -> _Removal | None:
+                 region: Region, site: ast.Call | None) -> _Removal | None:
+        if site is not None:
+            return self._context_manager(ctx, refs, finder, reg, region, site)
         if reg.via:
-            return self._context_manager(ctx, refs, finder, reg, region)
+            return None
         stmt = getattr(reg.call, "_hl_parent", None)
         if not (isinstance(stmt, ast.Assign) and stmt.value is reg.call and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name)):
@@ -277,13 +279,12 @@ class HookRemovedBeforeRecompute(Rule):
         return None
 
     def _context_manager(self, ctx: FileContext, refs: Refs, finder: BackwardFinder, reg: Registration,
-                         region: Region) -> _Removal | None:
+                         region: Region, site: ast.Call) -> _Removal | None:
         """A ``@contextmanager`` helper of this file that registers before its
         ``yield`` and removes after it, used as ``with helper(module):`` around
         the forward only."""
-        site = reg.site_call
         helper = function_of(reg.call)
-        if site is None or not isinstance(helper, FunctionNode) or not _is_contextmanager(ctx, helper):
+        if not isinstance(helper, FunctionNode) or not _is_contextmanager(ctx, helper):
             return None
         item = getattr(site, "_hl_parent", None)
         with_stmt = getattr(item, "_hl_parent", None)
@@ -341,12 +342,6 @@ def _changed_param(reg: Registration) -> str | None:
     return reg.param("args") if reg.with_kwargs else reg.param("input")
 
 
-def _receivers(ctx: FileContext, reg: Registration) -> list[ast.AST]:
-    if reg.via and reg.receiver_origin is not None:
-        return [reg.receiver_origin]
-    return [reg.receiver] if reg.receiver is not None else []
-
-
 def _between(first: ast.AST, node: ast.AST, last: ast.AST) -> bool:
     a, b = runs_after(first, node), runs_after(node, last)
     return a is not None and a.how == "after" and b is not None and b.how == "after"
@@ -369,5 +364,3 @@ def _is_contextmanager(ctx: FileContext, func: ast.AST) -> bool:
             return True
     return False
 
-
-__all__ = ["HookRemovedBeforeRecompute", "relation", "positional_params"]

@@ -7,11 +7,10 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.compile_regions import CheckpointRegions, Refs, Region, region_relation, runs_again
+from hooklint.static.compile_regions import CheckpointRegions, Refs, Region, receiver_views, runs_again, views_relation
 from hooklint.static.context import FileContext
 from hooklint.static.hook_effects import Effect, accumulating_effects
 from hooklint.static.hooks import HookKind, Registration
-from hooklint.static.values import src
 
 HELP = ("Make the hook idempotent (key what it stores by module name and overwrite it, `stats[name] = value`), "
         "or skip the recompute: `if torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1: return` "
@@ -190,16 +189,22 @@ class StatefulHookUnderCheckpoint(Rule):
             effects = accumulating_effects(reg.hook.node)
             if not effects:
                 continue
-            receiver = reg.receiver_origin if reg.via and reg.receiver_origin is not None else reg.receiver
-            for region in regions:
-                rel = region_relation(refs, receiver, region)
-                if rel is None or not runs_again(region, rel[0], rel[1], reg.kind is HookKind.FORWARD_PRE):
-                    continue
-                yield self._finding(ctx, reg, region, rel[0], effects)
-                break
+            for site, _receiver, views in receiver_views(ctx, refs, reg):
+                found = self._in_region(views, reg, regions)
+                if found is not None:
+                    yield self._finding(ctx, reg, found[0], found[1], effects, site)
+                    break
+
+    @staticmethod
+    def _in_region(views, reg: Registration, regions: list[Region]) -> tuple[Region, str] | None:
+        for region in regions:
+            rel = views_relation(views, region)
+            if rel is not None and runs_again(region, rel[0], rel[1], reg.kind is HookKind.FORWARD_PRE):
+                return region, rel[0]
+        return None
 
     def _finding(self, ctx: FileContext, reg: Registration, region: Region, how: str,
-                 effects: list[Effect]) -> Finding:
+                 effects: list[Effect], site: ast.Call | None) -> Finding:
         kind = "forward pre-hook" if reg.kind is HookKind.FORWARD_PRE else "forward hook"
         hook = f" `{reg.hook.name}`" if reg.hook is not None else ""
         effect = effects[0]
@@ -212,11 +217,9 @@ class StatefulHookUnderCheckpoint(Rule):
                    f"in backward runs it a second time for every forward: what it collects or counts is doubled")
         related = [Related("the state it accumulates", ctx.display_path, ctx.span(effect.node)[0]),
                    Related("the checkpointed region", ctx.display_path, ctx.span(region.call)[0])]
-        where = reg.site_call if reg.via and reg.site_call is not None else None
+        where = site
         if where is not None:
             related.append(Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0]))
             return self.finding(ctx, where, message, help=HELP, related=related)
         return self.finding(ctx, reg.name_node, message, help=HELP, related=related, name_only=True)
 
-
-__all__ = ["StatefulHookUnderCheckpoint", "ast", "src"]

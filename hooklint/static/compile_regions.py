@@ -661,6 +661,8 @@ class Region:
     order: list[str] | None = field(default=None)
     # when the root's class is not known: the orders of every module class of the file
     candidates: list[list[str]] = field(default_factory=list)
+    # checkpoint_sequential: the children per checkpointed segment
+    segment: int | None = None
 
     @property
     def text(self) -> str:
@@ -753,7 +755,8 @@ class CheckpointRegions:
         reentrant = self._reentrant(call, default)
         if reentrant is None:
             reentrant = True  # torch 2.13 warns and checkpoints with use_reentrant=True
-        return Region(ModuleRef(ref.root, ref.path, "items"), call, "checkpoint_sequential", reentrant, indexes)
+        return Region(ModuleRef(ref.root, ref.path, "items"), call, "checkpoint_sequential", reentrant, indexes,
+                      segment=size)
 
     def _sequential_children(self, expr: ast.AST) -> int | None:
         """How many modules ``nn.Sequential(a, b, c)`` holds, when the file builds it in one call."""
@@ -863,22 +866,7 @@ def _end(node: ast.AST) -> tuple[int, int]:
 
 def region_relation(refs: Refs, receiver: ast.AST, region: Region) -> tuple[str, ModuleRef] | None:
     """("root" or "below", the view that matched) when ``receiver`` is a module of ``region``."""
-    for view in refs.views(receiver):
-        how = relation(view, region.tree)
-        if how is None:
-            continue
-        if region.indexes is not None:
-            step = first_step_below(view, ModuleRef(region.tree.root, region.tree.path))
-            if step is None or not step.startswith("[") or step == ANY_INDEX:
-                continue
-            try:
-                index = int(step[1:-1])
-            except ValueError:
-                continue
-            if index not in region.indexes:
-                continue
-        return how, view
-    return None
+    return views_relation(refs.views(receiver), region)
 
 
 def iter_names(node: ast.AST) -> Iterator[ast.Name]:
@@ -901,6 +889,16 @@ def runs_again(region: Region, how: str, view: ModuleRef, pre_hook: bool) -> boo
         return True
     if pre_hook:
         return True
+    if region.segment:
+        # each segment is a checkpoint of its own: its last layer's forward does not finish in the recompute
+        child = first_step_below(view, ModuleRef(region.tree.root, region.tree.path))
+        if child is None or len(view.path) != len(region.tree.path) + 1:
+            return False
+        try:
+            index = int(child[1:-1])
+        except ValueError:
+            return False
+        return index % region.segment != region.segment - 1
     if how == "root":
         return False
     step = first_step_below(view, region.tree)
@@ -925,3 +923,64 @@ def runs_region(refs: Refs, call: ast.Call, region: Region) -> bool:
     if not isinstance(callee, (ast.Name, ast.Attribute, ast.Subscript)):
         return False
     return any(relation(region.tree, view) is not None for view in refs.views(callee))
+
+
+def receiver_views(ctx: "FileContext", refs: Refs, reg) -> list[tuple[ast.Call | None, ast.AST, list[ModuleRef]]]:
+    """Where a registration's module comes from: (the call site that supplies
+    it or None, the expression naming it there, its views).  A registration
+    reached through a helper (``reg.via``) is seen at the helper's call site;
+    one whose receiver is a parameter of the function it is in is also seen at
+    each call of that function in this file (``with intervene(model.blocks[2]):``)."""
+    if reg.via and reg.receiver_origin is not None:
+        return [(reg.site_call, reg.receiver_origin, refs.views(reg.receiver_origin))]
+    receiver = reg.receiver
+    if receiver is None:
+        return []
+    out: list[tuple[ast.Call | None, ast.AST, list[ModuleRef]]] = [(None, receiver, refs.views(receiver))]
+    found = _steps(receiver)
+    if found is None or not isinstance(found[0], ast.Name) or not hasattr(found[0], "_hl_scope"):
+        return out
+    root, steps = found
+    bindings = ctx.model.bindings_at(root)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return out
+    func = bindings[0].scope.node
+    if not isinstance(func, FunctionNode) or ctx.model.enclosing_class(func) is not None:
+        return out
+    params = positional_params(func)
+    if root.id not in params:
+        return out
+    index = params.index(root.id)
+    for call in ctx.model.name_calls.get(func.name, ()):
+        site_bindings = ctx.model.bindings_at(call.func)  # type: ignore[arg-type]
+        if len(site_bindings) != 1 or site_bindings[0].node is not func:
+            continue
+        if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+            arg = call.args[index]
+        else:
+            arg = next((k.value for k in call.keywords if k.arg == root.id), None)
+        if arg is None:
+            continue
+        views = [v for v in (view.extend(steps) for view in refs.views(arg)) if v is not None]
+        if views:
+            out.append((call, arg, views))
+    return out
+
+
+def views_relation(views: list[ModuleRef], region: Region) -> tuple[str, ModuleRef] | None:
+    for view in views:
+        how = relation(view, region.tree)
+        if how is None:
+            continue
+        if region.indexes is not None:
+            step = first_step_below(view, ModuleRef(region.tree.root, region.tree.path))
+            if step is None or not step.startswith("[") or step == ANY_INDEX:
+                continue
+            try:
+                index = int(step[1:-1])
+            except ValueError:
+                continue
+            if index not in region.indexes:
+                continue
+        return how, view
+    return None
