@@ -17,7 +17,9 @@ from hooklint.static.compile_regions import (
     runs_after,
 )
 from hooklint.static.context import FileContext
-from hooklint.static.hooks import Registration
+from hooklint.static.hooks import GLOBAL_KINDS, METHOD_KINDS, Registration
+
+MODULE_REGISTRATION_TRIGGERS = tuple(name for name, kind in METHOD_KINDS.items() if kind.is_module) + tuple(GLOBAL_KINDS)
 from hooklint.static.values import src
 
 _KIND_WORDS = {
@@ -119,8 +121,9 @@ class HookAfterCompile(Rule):
     summary = "A module hook registered after compiled code containing the module ran never fires in that code"
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("compile",)
-    trigger_pattern = r"torch\.compile|\bcompile\b[^\n]*\bfrom torch\b|from torch import[^\n]*\bcompile\b|\.compile\("
+    triggers = MODULE_REGISTRATION_TRIGGERS
+    # `torch.compile`, `from torch import compile`, `model.compile(`
+    trigger_pattern = r"\bcompile\b"
     VALID: ClassVar[tuple[str, ...]] = (
         # registered before the first compiled call (compiling is lazy)
         "import torch, torch.nn as nn\n"

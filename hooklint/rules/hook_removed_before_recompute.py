@@ -116,7 +116,8 @@ class HookRemovedBeforeRecompute(Rule):
     summary = "An output-changing forward hook is removed before the backward that recomputes its checkpointed module"
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("checkpoint",)
+    triggers = ("register_forward_hook", "register_forward_pre_hook")
+    trigger_pattern = r"checkpoint"
     VALID: ClassVar[tuple[str, ...]] = (
         # removed after the backward
         "import torch, torch.nn as nn\n"

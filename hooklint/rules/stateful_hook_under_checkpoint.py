@@ -94,7 +94,8 @@ class StatefulHookUnderCheckpoint(Rule):
     summary = "A forward hook that accumulates state runs again in the checkpoint recompute: its state advances twice"
     severity = Severity.WARNING
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("checkpoint",)
+    triggers = ("register_forward_hook", "register_forward_pre_hook")
+    trigger_pattern = r"checkpoint"
     VALID: ClassVar[tuple[str, ...]] = (
         # keyed by name, overwritten: running twice does no harm
         "import torch, torch.nn as nn\n"

@@ -464,8 +464,8 @@ class CompiledCalls:
                 out.append((ref, node))
         return out
 
-    def _handles(self) -> list[tuple[object, list[tuple[ModuleRef, bool]], ast.AST, str, ast.AST | None]]:
-        """(binding id of a compiled handle, trees, compiled by, how, compiled function)."""
+    def _handles(self) -> list[tuple[object, list[tuple[ModuleRef, bool]], ast.AST, str, ast.AST | None, str]]:
+        """(binding id of a compiled handle, trees, compiled by, how, compiled function, its name)."""
         model = self.ctx.model
         out = []
         for call in self._compile_calls():
@@ -479,11 +479,12 @@ class CompiledCalls:
                     continue
                 func = self._function_node(call.args[0])
                 if func is not None:
-                    out.append((id(binding), [], call, "function", func))
+                    out.append((id(binding), [], call, "function", func, target.id))
                     continue
                 ref = self.refs.ref(call.args[0])
                 if ref is not None and not ref.spread:
-                    out.append((id(binding), [(ref, self._root_fires(call.args[0]))], call, "module", None))
+                    out.append((id(binding), [(ref, self._root_fires(call.args[0]))], call, "module", None,
+                                target.id))
         for func in model.functions:
             if not isinstance(func, FunctionNode):
                 continue
@@ -493,7 +494,7 @@ class CompiledCalls:
                     scope = model.scope_of(func)
                     binding = next((b for b in scope.bindings.get(func.name, ()) if b.node is func), None)
                     if binding is not None:
-                        out.append((id(binding), [], dec, "function", func))
+                        out.append((id(binding), [], dec, "function", func, func.name))
         return out
 
     def _root_fires(self, expr: ast.AST) -> bool:
@@ -510,14 +511,15 @@ class CompiledCalls:
         found: list[Compiled] = []
         handles = self._handles()
         by_binding = {h[0]: h for h in handles}
-        for name, calls in model.name_calls.items():
-            for call in calls:
+        names = {h[5] for h in handles}
+        for name in names:
+            for call in model.name_calls.get(name, ()):
                 bindings = model.bindings_at(call.func)  # type: ignore[arg-type]
                 for b in bindings:
                     handle = by_binding.get(id(b))
                     if handle is None:
                         continue
-                    _key, trees, by, how, func = handle
+                    _key, trees, by, how, func, _name = handle
                     if func is not None:
                         trees = self._function_trees(func, call)
                     if trees:
@@ -575,7 +577,13 @@ class CompiledCalls:
             if ref is None or ref.spread:
                 continue
             root_fires = self._root_fires(receiver)
-            for name, calls in list(model.name_calls.items()) + list(model.method_calls.items()):
+            if isinstance(receiver, ast.Name):
+                same_name = model.name_calls.get(receiver.id, [])
+            elif isinstance(receiver, ast.Attribute):
+                same_name = model.method_calls.get(receiver.attr, [])
+            else:
+                continue
+            for calls in (same_name,):
                 for call in calls:
                     callee = call.func
                     if isinstance(callee, ast.Attribute) and callee.attr == "compile":
@@ -675,6 +683,15 @@ class CheckpointRegions:
         self.refs = refs or Refs(ctx)
         self.compiled = compiled or CompiledCalls(ctx, self.refs)
 
+    def _names(self) -> set[str]:
+        """The names a call of the checkpoint APIs can have in this file (imports under another name too)."""
+        names = {"checkpoint", "checkpoint_wrapper", "checkpoint_sequential"}
+        wanted = CHECKPOINT_FUNCTIONS | CHECKPOINT_WRAPPERS | CHECKPOINT_SEQUENTIAL
+        for name, bindings in self.ctx.model.module_scope.bindings.items():
+            if any(b.kind == "import" and b.value in wanted for b in bindings):
+                names.add(name)
+        return names
+
     def regions(self) -> list[Region]:
         out = self._regions()
         if any(r.order is None for r in out):
@@ -689,7 +706,9 @@ class CheckpointRegions:
     def _regions(self) -> list[Region]:
         model = self.ctx.model
         out: list[Region] = []
-        candidates = [c for calls in (model.name_calls, model.method_calls) for group in calls.values() for c in group]
+        names = self._names()
+        candidates = [c for calls in (model.name_calls, model.method_calls) for name in names
+                      for c in calls.get(name, ())]
         for call in candidates:
             qual = model.qualify(call.func)
             if qual in CHECKPOINT_FUNCTIONS and call.args:
