@@ -46,6 +46,9 @@ _TENSOR_BACKWARD_CODE = torch.Tensor.backward.__code__
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 
 _current_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+# While dynamo traces a function, hooklint's wrappers step aside: what they do (frame walks, records)
+# would break the graph, and the compiled code must be the same with and without hooklint.
+_is_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def current_task_id() -> int:
@@ -292,9 +295,13 @@ class Runtime:
         # exception is explained after they are gone, so they are kept here with it.
         self.removed_during_error: list[tuple[int, HookRecord]] = []
         self._registrations = itertools.count()
-        # Layers that follow what this one sees (hooklint.runtime.distributed): installed and
-        # removed with the patches, told about registrations, hook calls and ends of backward.
+        # Layers that follow what this one sees (hooklint.runtime.distributed, .compiled,
+        # .checkpointing): installed and removed with the patches, told about registrations, hook
+        # calls and ends of backward.
         self.extensions: list = []
+        # Called after every forward (pre-)hook of the user's, when an extension asks for it:
+        # (record, the hook's arguments, what it returned, its output's version before the call).
+        self.forward_watchers: list = []
 
     # -- sessions -----------------------------------------------------------
     def sessions_here(self) -> list:
@@ -336,6 +343,13 @@ class Runtime:
                 self.check_repeated(final=True)
             except Exception as exc:  # noqa: BLE001
                 self.internal_error([session], exc)
+            for extension in self.extensions:
+                ending = getattr(extension, "session_ending", None)
+                if ending is not None:
+                    try:
+                        ending(session)
+                    except Exception as exc:  # noqa: BLE001
+                        self.internal_error([session], exc)
             for rec in session._records:
                 if session in rec.sessions:
                     rec.sessions.remove(session)
@@ -416,6 +430,7 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - the patches below must be put back whatever happens
                 self.internal_error(self.sessions_here(), exc)
         self.extensions.clear()
+        self.forward_watchers.clear()
         for owner, name, original, had in reversed(self.originals):
             if had:
                 setattr(owner, name, original)
@@ -625,6 +640,10 @@ class Runtime:
     def removed(self, rec: HookRecord, caller: types.FrameType | None) -> None:
         rec.removed = True
         self.records.pop(rec.handle_id, None)
+        for extension in self.extensions:
+            notify = getattr(extension, "hook_removed", None)
+            if notify is not None:
+                notify(rec, caller)
         in_flight = sys.exc_info()[1]
         if in_flight is not None and rec.kind.is_module_backward:
             del self.removed_during_error[:-63]
@@ -949,7 +968,7 @@ _MODULE_METHODS = {
 # Modules whose `extension()` returns an object with install/uninstall, hook_bound, adopted,
 # module_hook_after_accumulation, post_accumulate_ran, backward_ended, gradient_elsewhere and
 # rewrite (or None).
-_EXTENSIONS = ("hooklint.runtime.distributed",)
+_EXTENSIONS = ("hooklint.runtime.distributed", "hooklint.runtime.compiled", "hooklint.runtime.checkpointing")
 _GLOBAL_FUNCTIONS = {
     "register_module_forward_pre_hook": HookKind.FORWARD_PRE,
     "register_module_forward_hook": HookKind.FORWARD,
@@ -1131,6 +1150,8 @@ class _Patches:
         @functools.wraps(original)
         def register(module, hook, *args, **kwargs):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(module, hook, *args, **kwargs)
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -1175,6 +1196,8 @@ class _Patches:
         @functools.wraps(original)
         def register(tensor, hook):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(tensor, hook)
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -1259,6 +1282,8 @@ class _Patches:
         @functools.wraps(original)
         def setup(backward_hook, args):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(backward_hook, args)
             result = original(backward_hook, args)
             if counts:  # the module's forward ran: count it for its backward hooks (HKL304), in a plain loop
                 for hook in backward_hook.user_hooks:
@@ -1403,8 +1428,13 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
     """Counts the module's forwards while the hook is registered: a hook registered
     again after its module ran, the earlier one still in place, stacks up (HKL304)."""
 
+    watchers = rt.forward_watchers
+    output_last = rec.kind is HookKind.FORWARD
+
     def hooklint_forward_hook(*args, **kwargs):
         __tracebackhide__ = True
+        if _is_compiling():
+            return hook(*args, **kwargs)
         if rec.live:
             rec.runs += 1
             group = rec.site_group
@@ -1413,7 +1443,19 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
                     rt.confirm_site_group(group)
                 except Exception as exc:  # noqa: BLE001
                     rt.internal_error(rec.sessions, exc)
-        return hook(*args, **kwargs)
+        if not watchers or not rec.live:
+            return hook(*args, **kwargs)
+        # the tensor the hook may edit in place: the output (forward hook) or the first input (pre-hook)
+        watched = args[-1] if output_last else (args[1][0] if len(args) > 1 and isinstance(args[1], tuple)
+                                                and args[1] else None)
+        version = watched._version if isinstance(watched, torch.Tensor) else None
+        result = hook(*args, **kwargs)
+        for watcher in watchers:
+            try:
+                watcher(rec, args, result, watched, version)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(rec.sessions, exc)
+        return result
 
     return hooklint_forward_hook
 
