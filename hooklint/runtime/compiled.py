@@ -61,12 +61,15 @@ class CompiledGraph:
 class LateHook:
     """A module hook registered after graphs that traced its module were compiled."""
 
-    __slots__ = ("rec", "graphs", "reported")
+    __slots__ = ("rec", "graphs", "reported", "site")
 
-    def __init__(self, rec: Any, graphs: list[tuple[CompiledGraph, int]]):
+    def __init__(self, rec: Any, graphs: list[tuple[CompiledGraph, int]], site: Site):
         self.rec = rec
         self.graphs = graphs  # (graph, its call count when the hook was registered)
         self.reported = 0  # the count last reported
+        # where to report: the registration, or for a hook a helper of another file registers (a Grad-CAM
+        # class), the user's call of that helper, which is what comes too late
+        self.site = site
 
     def calls_since(self) -> int:
         return sum(graph.calls - before for graph, before in self.graphs)
@@ -159,8 +162,14 @@ class CompiledExtension(Extension):
             return
         graphs = self.graphs_of.get(module)
         if graphs:
+            site = rec.site
+            registering = frames.user_frame(1)
+            caller = rec.caller_site
+            if registering is not None and registering.f_code.co_name != "<module>" and caller is not None \
+                    and not _installed(caller.filename):
+                site = caller
             with self.lock:
-                self.late.append(LateHook(rec, [(graph, graph.calls) for graph in graphs]))
+                self.late.append(LateHook(rec, [(graph, graph.calls) for graph in graphs], site))
 
     def backward_ended(self, info, failed: bool) -> None:
         if self.late and not failed:
@@ -188,6 +197,12 @@ class CompiledExtension(Extension):
                 keep.append(late)
         with self.lock:
             self.late = keep + self.late
+
+
+def _installed(filename: str) -> bool:
+    """A file of an installed package (pytest's runner, a training framework): not the user's call."""
+    parts = filename.replace("\\", "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _resolve(output_graph: Any, ids: set[int]) -> list[nn.Module]:
@@ -240,9 +255,9 @@ def _late_hook(rec: Any, late: LateHook, calls: int) -> Observation:
     graph_sites = [graph.site for graph, _before in late.graphs if graph.site is not None]
     compiled_at = f" (compiled when {graph_sites[0]} ran it)" if graph_sites else ""
     target = rec.target_text()
-    site = rec.caller_site or rec.site
+    site = late.site
     related = []
-    if rec.caller_site is not None:
+    if site is not rec.site:
         related.append(rec.site.related("the hook is registered here"))
     if graph_sites:
         related.append(graph_sites[0].related("the compiled call that traced the module"))

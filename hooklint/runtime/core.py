@@ -555,6 +555,19 @@ class Runtime:
                     site_group.reported = 0  # said again, so that a session ending now hears it
                 self.confirm_site_group(site_group)
 
+    def judge_pending(self) -> None:
+        """Judge now what is otherwise judged after a backward or when the session
+        ends: repeated registrations, and what the extensions hold back (a hook
+        compiled code never called, HKL701)."""
+        self.check_repeated(final=True)
+        for extension in self.extensions:
+            judge = getattr(extension, "judge", None)
+            if judge is not None:
+                try:
+                    judge()
+                except Exception as exc:  # noqa: BLE001
+                    self.internal_error(self.sessions_here(), exc)
+
     def _watch_legacy_inputs(self, module: nn.Module | None) -> None:
         """Note, on the autograd node a legacy backward hook binds to, whether that
         node's inputs are the module's inputs (HKL102).  A forward pre-hook of
