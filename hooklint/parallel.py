@@ -25,7 +25,7 @@ from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
-from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
+from hooklint.static.project import HOOKS_QUERY, ProjectIndex, parse_key, site_facts_of_source, summarize_source
 from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
@@ -411,10 +411,14 @@ class ProjectPass:
 
     def run(self) -> None:
         index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
-        questions = {parse_key(key) for r in self.results if r.asked for key in r.asked}
-        if not questions:
+        asked = [key for r in self.results if r.asked for key in r.asked]
+        if not asked:
             return
-        self._find_callers(index, questions)
+        # questions about the hooks a function registers are answered from its own file's summary:
+        # no caller to search for
+        questions = {parse_key(key) for key in asked if not key.startswith(HOOKS_QUERY)}
+        if questions:
+            self._find_callers(index, questions)
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -506,6 +510,8 @@ class ProjectPass:
 
 
 def _answer(index: ProjectIndex, key: str) -> list[Any] | None:
+    if key.startswith(HOOKS_QUERY):
+        return index.hooks_of(key[len(HOOKS_QUERY):])
     qual, needed = parse_key(key)
     found = index.first_reason(qual, needed)
     return None if found is None else found.to_list()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
@@ -9,6 +10,8 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.compile_regions import (
     Compiled,
     CompiledCalls,
+    Foreign,
+    foreign_registrations,
     ModuleRef,
     Refs,
     is_compiled_handle,
@@ -17,9 +20,8 @@ from hooklint.static.compile_regions import (
     runs_after,
 )
 from hooklint.static.context import FileContext
-from hooklint.static.hooks import GLOBAL_KINDS, METHOD_KINDS, Registration
-
-MODULE_REGISTRATION_TRIGGERS = tuple(name for name, kind in METHOD_KINDS.items() if kind.is_module) + tuple(GLOBAL_KINDS)
+from hooklint.static.flow import executed_nodes, function_of
+from hooklint.static.hooks import Registration
 from hooklint.static.values import src
 
 _KIND_WORDS = {
@@ -37,17 +39,39 @@ HELP = ("Register the hook before the first compiled call (compiling is lazy: be
         "makes the hook fire, at the cost of recompiling every compiled function of the process.")
 
 
+def _compiled_again(ctx: FileContext, where: ast.AST, tree: ModuleRef, compiled: list[Compiled]) -> bool:
+    """Does compiled code containing ``tree`` run after ``where``: a compiled call
+    later (or earlier in the same loop), or a call that is handed a compiled
+    handle (``GradCAM(compiled, ...)`` itself, ``explain(compiled, cam)``)?"""
+    for candidate in compiled:
+        if runs_after(where, candidate.call, given_first=True) is not None and any(relation(t, tree) is not None or
+                                                                 relation(tree, t) is not None
+                                                                 for t, _fires in candidate.trees):
+            return True
+    function = function_of(where)
+    body = function if function is not None else ctx.tree
+    for node in executed_nodes(body):
+        if not isinstance(node, ast.Call) or (node is not where and runs_after(where, node, given_first=True) is None):
+            continue
+        if any(is_compiled_handle(ctx, arg) for arg in list(node.args) + [k.value for k in node.keywords]):
+            return True
+    return False
+
+
 class HookAfterCompile(Rule):
     """
     ## What it does
     Reports a module hook (forward, forward pre-, full backward or full
     backward pre-hook) registered on a module, or on a submodule of a module,
     after a call that runs `torch.compile`d code containing that module has
-    run: `cmodel = torch.compile(model)` then `cmodel(x)`, `model.compile()`
+    run, when compiled code runs the module again afterwards:
+    `cmodel = torch.compile(model)` then `cmodel(x)`, `model.compile()`
     then `model(x)`, or a function decorated with `@torch.compile` that calls
     the model.  A registration later in a loop's body than the compiled call
     counts too: it runs after the compiled call from the loop's second
-    iteration on.  Registrations through a helper of the same file (a
+    iteration on.  A hook registered late but used only with the uncompiled
+    module (`model(x)` after `cmodel = torch.compile(model)`) fires, and is
+    not reported.  Registrations through a helper of the same file (a
     Grad-CAM class built with `model.layer4[-1]`) are followed; `hooklint
     run` also sees helpers from other files.
 
@@ -121,9 +145,11 @@ class HookAfterCompile(Rule):
     summary = "A module hook registered after compiled code containing the module ran never fires in that code"
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = MODULE_REGISTRATION_TRIGGERS
-    # `torch.compile`, `from torch import compile`, `model.compile(`
-    trigger_pattern = r"\bcompile\b"
+    triggers = ("compile",)
+    # `torch.compile(...)`, `@torch.compile`, `model.compile()` / `model.compile(backend=...)`, `from torch import
+    # compile`; not `re.compile("...")`, whose first argument is positional
+    trigger_pattern = (r"torch\.compile\b|\.compile\(\s*(?:\)|(?:backend|mode|fullgraph|dynamic|options|disable)\s*=)"
+                       r"|import[^\n]*\bcompile\b")
     VALID: ClassVar[tuple[str, ...]] = (
         # registered before the first compiled call (compiling is lazy)
         "import torch, torch.nn as nn\n"
@@ -197,6 +223,7 @@ class HookAfterCompile(Rule):
             "cmodel = torch.compile(model)\n"
             "cmodel(torch.rand(1, 2))\n"
             "model[0].register_forward_hook(lambda m, i, o: None)  # HKL701\n"
+            "cmodel(torch.rand(1, 2))\n"
         ),
         Invalid(
             "import torch, torch.nn as nn\n"
@@ -205,6 +232,7 @@ class HookAfterCompile(Rule):
             "model(torch.rand(1, 2))\n"
             "model.register_forward_hook(lambda m, i, o: None)\n"
             "model[0].register_full_backward_hook(lambda m, gi, go: None)  # HKL701\n"
+            "model(torch.rand(1, 2)).sum().backward()\n"
         ),
         Invalid(
             "import torch, torch.nn as nn\n"
@@ -243,6 +271,20 @@ class HookAfterCompile(Rule):
             finding = self._check(ctx, refs, reg, compiled)
             if finding is not None:
                 yield finding
+        trees = [tree for candidate in compiled for tree, _fires in candidate.trees]
+        relevant = lambda views: any(relation(v, tree) is not None for v in views for tree in trees)  # noqa: E731
+        for foreign in foreign_registrations(ctx, refs, relevant):
+            finding = self._check_foreign(ctx, foreign, compiled)
+            if finding is not None:
+                yield finding
+
+    def _check_foreign(self, ctx: FileContext, foreign: Foreign, compiled: list[Compiled]) -> Finding | None:
+        """A helper of another file registers on what this call gives it (a Grad-CAM class)."""
+        target = foreign.views[0]
+        found = self._late(ctx, foreign.site, target, compiled)
+        if found is None:
+            return None
+        return self._finding(ctx, None, foreign.site, *found, target, foreign)
 
     def _check(self, ctx: FileContext, refs: Refs, reg: Registration, compiled: list[Compiled]) -> Finding | None:
         for site, receiver, views in receiver_views(ctx, refs, reg):
@@ -250,21 +292,40 @@ class HookAfterCompile(Rule):
                 continue  # the OptimizedModule's own hooks run in its __call__, outside the compiled code
             target = views[0]
             where = site if site is not None else reg.call
-            for candidate in compiled:
-                order = runs_after(candidate.call, where)
-                if order is None:
-                    continue
-                for tree, root_fires in candidate.trees:
-                    how = relation(target, tree)
-                    if how is None or (how == "root" and root_fires and not target.spread):
-                        continue
-                    return self._finding(ctx, reg, site, candidate, order.how, how, target)
+            found = self._late(ctx, where, target, compiled)
+            if found is not None:
+                return self._finding(ctx, reg, site, *found, target)
         return None
 
-    def _finding(self, ctx: FileContext, reg: Registration, site, compiled: Compiled, order: str,
-                 how: str, target: ModuleRef) -> Finding:
-        kind = _KIND_WORDS.get(reg.kind.value, "module hook")
-        hook = f" `{reg.hook.name}`" if reg.hook is not None else ""
+    @staticmethod
+    def _late(ctx: FileContext, where: ast.AST, target: ModuleRef,
+              compiled: list[Compiled]) -> tuple[Compiled, str, str] | None:
+        """The compiled call that ran before the registration at ``where`` and
+        traced ``target``, when compiled code runs the module again afterwards
+        (a hook only the uncompiled module runs with is fine)."""
+        for candidate in compiled:
+            order = runs_after(candidate.call, where)
+            if order is None:
+                continue
+            for tree, root_fires in candidate.trees:
+                how = relation(target, tree)
+                if how is None or (how == "root" and root_fires and not target.spread):
+                    continue
+                if _compiled_again(ctx, where, tree, compiled):
+                    return candidate, order.how, how
+        return None
+
+    def _finding(self, ctx: FileContext, reg: Registration | None, site, compiled: Compiled, order: str,
+                 how: str, target: ModuleRef, foreign: Foreign | None = None) -> Finding:
+        if reg is not None:
+            kind = _KIND_WORDS.get(reg.kind.value, "module hook")
+            hook = f" `{reg.hook.name}`" if reg.hook is not None else ""
+            receiver_text = reg.receiver_text
+        else:
+            assert foreign is not None
+            kind = _KIND_WORDS.get(foreign.kind, "module hook")
+            hook = f" (registered by `{foreign.callee}(...)`, in another file)"
+            receiver_text = src(foreign.argument)
         call_row = ctx.span(compiled.call)[0].row
         by_row = ctx.span(compiled.compiled_by)[0].row
         compiled_text = src(compiled.call.func)
@@ -277,13 +338,15 @@ class HookAfterCompile(Rule):
                 "function": f"the `torch.compile` at line {by_row}"}[compiled.how]
         inside = "" if how == "root" else " (a submodule of the compiled model)" if not target.spread else \
             " (modules inside the compiled model)"
-        message = (f"{kind}{hook} is registered on `{reg.receiver_text}`{inside} {when} (compiled by {what}): "
+        message = (f"{kind}{hook} is registered on `{receiver_text}`{inside} {when} (compiled by {what}): "
                    f"the compiled code was traced before the hook existed and dynamo does not guard on module hooks "
                    f"(`torch._dynamo.config.skip_nnmodule_hook_guards`), so the hook never fires in the calls that "
                    f"reuse it")
         related = [Related("the compiled call that ran first", ctx.display_path, ctx.span(compiled.call)[0]),
                    Related("compiled here", ctx.display_path, ctx.span(compiled.compiled_by)[0])]
         if site is not None:
-            related.append(Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0]))
+            if reg is not None:
+                related.append(Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0]))
             return self.finding(ctx, site, message, help=HELP, related=related)
+        assert reg is not None
         return self.finding(ctx, reg.name_node, message, help=HELP, related=related, name_only=True)

@@ -10,6 +10,8 @@ from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.compile_regions import (
     CheckpointRegions,
+    Foreign,
+    foreign_registrations,
     Refs,
     Region,
     receiver_views,
@@ -116,8 +118,9 @@ class HookRemovedBeforeRecompute(Rule):
     summary = "An output-changing forward hook is removed before the backward that recomputes its checkpointed module"
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("register_forward_hook", "register_forward_pre_hook")
-    trigger_pattern = r"checkpoint"
+    triggers = ("checkpoint",)
+    # a checkpointed region the file shows (not `save_checkpoint(...)`)
+    trigger_pattern = r"\bcheckpoint(?:_wrapper|_sequential)?\(|apply_activation_checkpointing"
     VALID: ClassVar[tuple[str, ...]] = (
         # removed after the backward
         "import torch, torch.nn as nn\n"
@@ -224,7 +227,7 @@ class HookRemovedBeforeRecompute(Rule):
             if change is None:
                 continue
             for site, _receiver, views in receiver_views(ctx, refs, reg):
-                found = self._in_region(views, reg, regions)
+                found = self._in_region(views, reg.kind, regions)
                 if found is None:
                     continue
                 region, how = found
@@ -235,11 +238,26 @@ class HookRemovedBeforeRecompute(Rule):
                 yield self._finding(ctx, reg, region, how, removal, change)
                 break
 
+        relevant = lambda views: any(views_relation(views, region) is not None for region in regions)  # noqa: E731
+        for foreign in foreign_registrations(ctx, refs, relevant):
+            if not foreign.changes or foreign.removal not in ("exit", "yield") \
+                    or foreign.kind not in (HookKind.FORWARD.value, HookKind.FORWARD_PRE.value):
+                continue
+            found = self._in_region(foreign.views, HookKind(foreign.kind), regions)
+            if found is None:
+                continue
+            removal = self._with_block(ctx, refs, finder, foreign.site, found[0])
+            if removal is not None and id(removal.node) not in reported:
+                reported.add(id(removal.node))
+                yield self._foreign_finding(ctx, foreign, found[0], found[1], removal)
+
     @staticmethod
-    def _in_region(views, reg: Registration, regions: list[Region]) -> tuple[Region, str] | None:
+    def _in_region(views, kind, regions: list[Region]) -> tuple[Region, str] | None:
+        if isinstance(kind, Registration):
+            kind = kind.kind
         for region in regions:
             rel = views_relation(views, region)
-            if rel is not None and runs_again(region, rel[0], rel[1], reg.kind is HookKind.FORWARD_PRE):
+            if rel is not None and runs_again(region, rel[0], rel[1], kind is HookKind.FORWARD_PRE):
                 return region, rel[0]
         return None
 
@@ -296,6 +314,15 @@ class HookRemovedBeforeRecompute(Rule):
                    and n.func.attr == "remove" and not n.args]
         if not yields or not any(runs_after(y, r) is not None for y in yields for r in removes):
             return None
+        return self._with_block(ctx, refs, finder, site, region)
+
+    def _with_block(self, ctx: FileContext, refs: Refs, finder: BackwardFinder, site: ast.Call,
+                    region: Region) -> _Removal | None:
+        """``with helper(...):`` (``site``) around the checkpointed forward only, the backward after it."""
+        item = getattr(site, "_hl_parent", None)
+        with_stmt = getattr(item, "_hl_parent", None)
+        if not isinstance(item, ast.withitem) or not isinstance(with_stmt, (ast.With, ast.AsyncWith)):
+            return None
         inner = [n for stmt in with_stmt.body for n in executed_nodes(stmt) if isinstance(n, ast.Call)]
         forward = next((c for c in inner if runs_region(refs, c, region)), None)
         if forward is None or any(finder.backward_call(c) is not None for c in inner):
@@ -307,6 +334,26 @@ class HookRemovedBeforeRecompute(Rule):
         if not after:
             return None
         return _Removal(site, forward, after[0], "with")
+
+    def _foreign_finding(self, ctx: FileContext, foreign: Foreign, region: Region, how: str,
+                         removal: _Removal) -> Finding:
+        kind = "forward pre-hook" if foreign.kind == HookKind.FORWARD_PRE.value else "forward hook"
+        changes = "changes its input" if foreign.kind == HookKind.FORWARD_PRE.value else "changes its output"
+        inside = "the checkpointed module" if how == "root" else "a module inside the checkpointed region"
+        backward = removal.backward
+        when = f"before the backward `{src(backward.func)}(...)` at line {ctx.span(backward)[0].row}" \
+            if backward is not None else "before the backward"
+        exits = "when this `with` block exits" if foreign.removal == "exit" else "after the `with` block's body"
+        message = (f"`{foreign.callee}(...)` (in another file) registers a {kind} on `{src(foreign.argument)}` "
+                   f"({inside} of `{region.text}` at line {ctx.span(region.call)[0].row}) that {changes}, and "
+                   f"removes it {exits}: after the checkpointed forward at line {ctx.span(removal.forward)[0].row} "
+                   f"and {when}, which recomputes the region without the hook, so the gradients are computed from "
+                   f"activations the forward never produced (silently wrong)")
+        related = [Related("the checkpointed region", ctx.display_path, ctx.span(region.call)[0])]
+        if backward is not None:
+            related.append(Related("the backward that recomputes without it", ctx.display_path,
+                                   ctx.span(backward)[0]))
+        return self.finding(ctx, removal.node, message, help=HELP, related=related)
 
     def _finding(self, ctx: FileContext, reg: Registration, region: Region, how: str, removal: _Removal,
                  change: ast.AST) -> Finding:

@@ -7,7 +7,17 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.compile_regions import CheckpointRegions, Refs, Region, receiver_views, runs_again, views_relation
+from hooklint.static.compile_regions import (
+    CheckpointRegions,
+    Foreign,
+    Refs,
+    Region,
+    foreign_registrations,
+    receiver_views,
+    runs_again,
+    views_relation,
+)
+from hooklint.static.values import src
 from hooklint.static.context import FileContext
 from hooklint.static.hook_effects import Effect, accumulating_effects
 from hooklint.static.hooks import HookKind, Registration
@@ -94,8 +104,9 @@ class StatefulHookUnderCheckpoint(Rule):
     summary = "A forward hook that accumulates state runs again in the checkpoint recompute: its state advances twice"
     severity = Severity.WARNING
     origins = (Origin.STATIC, Origin.RUNTIME)
-    triggers = ("register_forward_hook", "register_forward_pre_hook")
-    trigger_pattern = r"checkpoint"
+    triggers = ("checkpoint",)
+    # a checkpointed region the file shows (not `save_checkpoint(...)`)
+    trigger_pattern = r"\bcheckpoint(?:_wrapper|_sequential)?\(|apply_activation_checkpointing"
     VALID: ClassVar[tuple[str, ...]] = (
         # keyed by name, overwritten: running twice does no harm
         "import torch, torch.nn as nn\n"
@@ -191,18 +202,37 @@ class StatefulHookUnderCheckpoint(Rule):
             if not effects:
                 continue
             for site, _receiver, views in receiver_views(ctx, refs, reg):
-                found = self._in_region(views, reg, regions)
+                found = self._in_region(views, reg.kind, regions)
                 if found is not None:
                     yield self._finding(ctx, reg, found[0], found[1], effects, site)
                     break
 
+        relevant = lambda views: any(views_relation(views, region) is not None for region in regions)  # noqa: E731
+        for foreign in foreign_registrations(ctx, refs, relevant):
+            if not foreign.accumulates or foreign.kind not in (HookKind.FORWARD.value, HookKind.FORWARD_PRE.value):
+                continue
+            found = self._in_region(foreign.views, HookKind(foreign.kind), regions)
+            if found is not None:
+                yield self._foreign_finding(ctx, foreign, found[0], found[1])
+
     @staticmethod
-    def _in_region(views, reg: Registration, regions: list[Region]) -> tuple[Region, str] | None:
+    def _in_region(views, kind: HookKind, regions: list[Region]) -> tuple[Region, str] | None:
         for region in regions:
             rel = views_relation(views, region)
-            if rel is not None and runs_again(region, rel[0], rel[1], reg.kind is HookKind.FORWARD_PRE):
+            if rel is not None and runs_again(region, rel[0], rel[1], kind is HookKind.FORWARD_PRE):
                 return region, rel[0]
         return None
+
+    def _foreign_finding(self, ctx: FileContext, foreign: Foreign, region: Region, how: str) -> Finding:
+        kind = "forward pre-hook" if foreign.kind == HookKind.FORWARD_PRE.value else "forward hook"
+        inside = "the checkpointed module" if how == "root" else "a module inside the checkpointed region"
+        how_text = "reentrant " if region.reentrant else ""
+        message = (f"`{foreign.callee}(...)` (in another file) registers a {kind} that accumulates state on "
+                   f"`{src(foreign.argument)}` ({inside} of `{region.text}` at line {ctx.span(region.call)[0].row}), "
+                   f"and the {how_text}checkpoint's recompute in backward runs it a second time for every forward: "
+                   f"what it collects or counts is doubled")
+        related = [Related("the checkpointed region", ctx.display_path, ctx.span(region.call)[0])]
+        return self.finding(ctx, foreign.site, message, help=HELP, related=related)
 
     def _finding(self, ctx: FileContext, reg: Registration, region: Region, how: str,
                  effects: list[Effect], site: ast.Call | None) -> Finding:

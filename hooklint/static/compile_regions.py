@@ -112,6 +112,7 @@ class Refs:
     def __init__(self, ctx: "FileContext"):
         self.ctx = ctx
         self._cache: dict[int, ModuleRef | None] = {}
+        self._bindings: dict[int, object] = {}  # id -> the binding a ref's root is
 
     def ref(self, expr: ast.AST | None, depth: int = 0) -> ModuleRef | None:
         if expr is None or depth > 6:
@@ -153,6 +154,7 @@ class Refs:
                     and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list):
                 return ModuleRef(("self", id(cls.node)), steps)
             return ModuleRef((id(b),), steps)
+        self._bindings[id(b)] = b
         if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr) and b.value is not root:
             value = b.value
             if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or (
@@ -216,6 +218,12 @@ class Refs:
         own = self.ref(expr)
         if own is not None:
             out.append(own)
+            # the root's own class (`for block in model.blocks: block.fc` with `model = Net()`)
+            binding = self._bindings.get(own.root[0]) if len(own.root) == 1 else None
+            if binding is not None:
+                value = self.ctx.inference.value_of_binding(binding)  # type: ignore[arg-type]
+                if isinstance(value, ModuleValue) and value.local_class is not None:
+                    out.append(ModuleRef(("self", id(value.local_class.node)), own.path, own.spread))
         found = _steps(expr)
         if found is None:
             return out
@@ -320,10 +328,12 @@ class Order:
     loop: ast.AST | None = None
 
 
-def runs_after(first: ast.AST, second: ast.AST) -> Order | None:
+def runs_after(first: ast.AST, second: ast.AST, given_first: bool = False) -> Order | None:
     """Does ``second`` run after ``first`` has run, in the same function?  None
     when they are in different functions, in two branches of an ``if``, or
-    ``first`` is under a condition the other is not (it may not have run)."""
+    ``first`` is under a condition the other is not (it may not have run).
+    ``given_first``: the question is whether ``second`` surely runs once
+    ``first`` ran, so ``second`` must not be under a condition instead."""
     func = function_of(first)
     if func is not function_of(second) or first is second:
         return None
@@ -333,7 +343,8 @@ def runs_after(first: ast.AST, second: ast.AST) -> Order | None:
         if block not in b_blocks:
             continue
         other_index, other_stmt = b_blocks[block]
-        if _conditional_between(a[:level]):
+        b_level = next(i for i, item in enumerate(b) if item[0] == block)
+        if _conditional_between(b[:b_level] if given_first else a[:level]):
             return None
         if index < other_index or (index == other_index and _position(first) < _position(second)
                                    and stmt is other_stmt and _simple(stmt)):
@@ -816,10 +827,12 @@ class CheckpointRegions:
         del value
         classes = self._item_classes(iterable)
         if classes is not None and len(classes) == 1:
+            if isinstance(classes[0], int):
+                return [f"[{i}]" for i in range(classes[0])]
             return _forward_order(classes[0])
         return None
 
-    def _item_classes(self, iterable: object) -> list[ClassInfo] | None:
+    def _item_classes(self, iterable: object) -> list[ClassInfo | int] | None:
         """``self.blocks`` assigned ``nn.ModuleList(Block() for _ in ...)`` or ``nn.ModuleList([Block(), ...])``."""
         if not isinstance(iterable, ast.Attribute):
             return None
@@ -829,7 +842,7 @@ class CheckpointRegions:
             cls = self.ctx.model.enclosing_class(iterable)
         if cls is None:
             return None
-        found: list[ClassInfo] = []
+        found: list[ClassInfo | int] = []
         for value, _scope, _node in cls.attribute(iterable.attr):
             if not isinstance(value, ast.Call) or not value.args:
                 return None
@@ -839,6 +852,11 @@ class CheckpointRegions:
             for element in elements:
                 if not isinstance(element, ast.Call):
                     return None
+                count = self._sequential_children(element)
+                if count is not None:  # `nn.Sequential(nn.Linear(...), nn.GELU())` items: their length
+                    if count not in found:
+                        found.append(count)  # type: ignore[arg-type]
+                    continue
                 info = self.ctx.model.class_for_expr(element.func)
                 if info is None:
                     return None
@@ -1003,3 +1021,210 @@ def views_relation(views: list[ModuleRef], region: Region) -> tuple[str, ModuleR
                 continue
         return how, view
     return None
+
+
+# ------------------------------------------------------------------ across files
+
+# A registration a function makes on a module one of its parameters names, as the
+# project summary records it (hooklint.static.callgraph): [parameter, steps below
+# it, hook kind, changes the output, accumulates state, removal].  ``removal`` is
+# "exit" for a class whose `__enter__` registers and `__exit__` removes (the
+# fact is the constructor's), "yield" for a `@contextmanager` function that
+# removes after its `yield`, "" otherwise.
+HookFact = list
+
+
+def hook_summary(model, inference) -> dict[str, list[HookFact]]:
+    """Per function of the file (local qualified name), the module hooks it
+    registers on what its parameters name: what a caller in another file needs
+    to know to place those registrations at its own call."""
+    from hooklint.static.callgraph import is_self_param, local_qualname
+    from hooklint.static.hook_effects import accumulating_effects, changes_output
+    from hooklint.static.hooks import METHOD_KINDS, HookIndex, HookKind
+
+    if not any(model.method_calls.get(name) for name, kind in METHOD_KINDS.items() if kind.is_module):
+        return {}
+    out: dict[str, list[HookFact]] = {}
+    for reg in HookIndex(model, inference).registrations:
+        if not reg.kind.is_module or reg.is_global or reg.receiver is None:
+            continue
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode):
+            continue
+        found = _steps(reg.receiver)
+        if found is None or not isinstance(found[0], ast.Name) or not hasattr(found[0], "_hl_scope"):
+            continue
+        root, steps = found
+        source = _parameter_source(model, root, steps, func, is_self_param)
+        if source is None:
+            continue
+        owner, param, steps = source
+        removal = ""
+        cls = model.enclosing_class(func)
+        if owner is func and cls is not None and func.name == "__enter__":
+            continue  # `__enter__` on its own parameters: not a shape callers use
+        if cls is not None and func.name == "__enter__":
+            exit_method = cls.method("__exit__")
+            if exit_method is None or not _removes(exit_method):
+                continue
+            removal = "exit"
+        elif owner is func and _is_contextmanager(model, func):
+            yields = [n for n in executed_nodes(func) if isinstance(n, (ast.Yield, ast.YieldFrom))]
+            removes = [n for n in executed_nodes(func) if _is_remove(n)]
+            if not any(runs_after(y, r) is not None for y in yields for r in removes):
+                continue
+            removal = "yield"
+        elif owner is not func and cls is not None and func.name not in ("__init__",) \
+                and not _called_from(model, cls, func, "__init__"):
+            continue  # a method that registers later, on demand: not at the constructor's call
+        name = local_qualname(owner)
+        if name is None:
+            continue
+        changed = None
+        if reg.kind is HookKind.FORWARD:
+            changed = reg.param("output")
+        elif reg.kind is HookKind.FORWARD_PRE:
+            changed = reg.param("args") if reg.with_kwargs else reg.param("input")
+        hook = reg.hook.node if reg.hook is not None else None
+        changes = hook is not None and reg.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) \
+            and changes_output(hook, changed) is not None
+        accumulates = hook is not None and bool(accumulating_effects(hook))
+        out.setdefault(name, []).append([param, list(steps), reg.kind.value, changes, accumulates, removal])
+    return out
+
+
+def _parameter_source(model, root: ast.Name, steps: tuple, func: ast.AST, is_self_param,
+                      depth: int = 0) -> tuple[ast.AST, str, tuple] | None:
+    """(the function whose parameter it is, the parameter, steps from it) for a
+    receiver rooted in a parameter of ``func``, in a loop over one (``for layer
+    in target_layers``), or in ``self.<attr>`` that ``__init__`` set from one of
+    its parameters (then the function is ``__init__``)."""
+    bindings = model.bindings_at(root)
+    if len(bindings) != 1 or depth > 3:
+        return None
+    b = bindings[0]
+    if b.kind == "param" and isinstance(b.value, ast.arg):
+        if b.scope.node is not func:
+            return None
+        if not is_self_param(model, b.value):
+            return func, root.id, steps
+        cls = model.enclosing_class(func)
+        if cls is None or not steps or not steps[0].startswith("."):
+            return None
+        found = _self_attribute_source(model, cls, steps[0][1:])
+        return None if found is None else (found[0], found[1], steps[1:])
+    if b.kind == "for" and not b.path and isinstance(b.value, ast.AST):
+        found = _steps(b.value)
+        if found is None or not isinstance(found[0], ast.Name) or not hasattr(found[0], "_hl_scope"):
+            return None
+        return _parameter_source(model, found[0], found[1] + (ANY_INDEX,) + steps, func, is_self_param, depth + 1)
+    return None
+
+
+def _self_attribute_source(model, cls, attr: str) -> tuple[ast.AST, str] | None:
+    init = cls.method("__init__")
+    if init is None:
+        return None
+    params = positional_params(init)
+    for node in executed_nodes(init):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Attribute) and target.attr == attr and isinstance(target.value, ast.Name) \
+                    and params and target.value.id == params[0] and isinstance(node.value, ast.Name) \
+                    and node.value.id in params[1:] + [a.arg for a in init.args.kwonlyargs]:
+                return init, node.value.id
+    return None
+
+
+def _removes(func: ast.AST) -> bool:
+    return any(_is_remove(n) for n in executed_nodes(func))
+
+
+def _is_remove(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remove" \
+        and not node.args
+
+
+def _is_contextmanager(model, func: ast.AST) -> bool:
+    return any(model.qualify(d) in ("contextlib.contextmanager", "contextlib.asynccontextmanager")
+               for d in getattr(func, "decorator_list", ()))
+
+
+def _called_from(model, cls, func: ast.AST, caller: str) -> bool:
+    method = cls.method(caller)
+    if method is None:
+        return False
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == func.name
+               and isinstance(n.func.value, ast.Name) for n in executed_nodes(method))
+
+
+@dataclass
+class Foreign:
+    """A registration a function of another file makes on what this file's call gives it."""
+
+    site: ast.Call  # the call in this file
+    argument: ast.AST  # the argument the module comes from
+    views: list[ModuleRef]  # the hooked module, as this file names it
+    kind: str  # HookKind value
+    changes: bool
+    accumulates: bool
+    removal: str
+    callee: str
+
+
+def foreign_registrations(ctx: "FileContext", refs: Refs, relevant) -> list[Foreign]:
+    """Registrations made by functions of other files at this file's calls, for
+    the calls with an argument ``relevant(views)`` accepts (only those are asked
+    about: each question is recorded for the project pass)."""
+    out: list[Foreign] = []
+    own = ctx.module + "."
+    model = ctx.model
+    for calls in (model.name_calls, model.method_calls):
+        for group in calls.values():
+            for call in group:
+                arguments = _argument_views(refs, call)
+                if not any(relevant(views) for _key, _arg, views, _items in arguments):
+                    continue
+                found = ctx.summarizer.callee(call)
+                if found is None or found[0].startswith(own) or found[0].startswith("super:"):
+                    continue
+                answer = ctx.project.hooks_of(found[0])
+                if not answer:
+                    continue
+                bound, positional, facts = answer
+                params = positional[bound:]
+                for param, steps, kind, changes, accumulates, removal in facts:
+                    for key, arg, views, items in arguments:
+                        if key != param and not (isinstance(key, int) and key < len(params) and params[key] == param):
+                            continue
+                        steps = tuple(steps)
+                        if items is not None:  # `[model.layer4]` given where the function loops over its items
+                            if not steps or steps[0] != ANY_INDEX:
+                                continue
+                            steps, views = steps[1:], items
+                        extended = [v for v in (view.extend(steps) for view in views) if v is not None]
+                        if extended:
+                            out.append(Foreign(call, arg, extended, kind, changes, accumulates, removal,
+                                               src(call.func)))
+    return out
+
+
+def _argument_views(refs: Refs, call: ast.Call) -> list[tuple[object, ast.AST, list[ModuleRef], list | None]]:
+    """(position or keyword, argument, its views, the views of its items when it is a list literal)."""
+    out: list[tuple[object, ast.AST, list[ModuleRef], list | None]] = []
+    entries: list[tuple[object, ast.AST]] = []
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        entries.append((i, arg))
+    entries += [(k.arg, k.value) for k in call.keywords if k.arg is not None]
+    for key, arg in entries:
+        if isinstance(arg, (ast.List, ast.Tuple)) and len(arg.elts) == 1:
+            items = refs.views(arg.elts[0])
+            if items:
+                out.append((key, arg, items, items))
+            continue
+        views = refs.views(arg)
+        if views:
+            out.append((key, arg, views, None))
+    return out
