@@ -414,11 +414,12 @@ class ProjectPass:
         asked = [key for r in self.results if r.asked for key in r.asked]
         if not asked:
             return
-        # questions about the hooks a function registers are answered from its own file's summary:
-        # no caller to search for
         questions = {parse_key(key) for key in asked if not key.startswith(HOOKS_QUERY)}
-        if questions:
-            self._find_callers(index, questions)
+        # questions about the hooks a function of another file registers are answered from that file's
+        # summary; the files that re-export it (a package's `__init__.py`) are found by its name
+        hooks_names = {key[len(HOOKS_QUERY):].rpartition(".")[2] for key in asked if key.startswith(HOOKS_QUERY)}
+        if questions or hooks_names:
+            self._find_callers(index, questions, {n for n in hooks_names if n.isidentifier()})
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -439,13 +440,14 @@ class ProjectPass:
                 else:
                     self.records.pop(outcome.index, None)
 
-    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
+    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]],
+                      names_too: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
                    and not r.notices]
         searched: set[str] = set()
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
-            names = index.names_for(questions) - searched
+            names = (index.names_for(questions) | names_too) - searched
             if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
                 names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
             progress = self._refine(index)

@@ -331,6 +331,10 @@ class HookRemovedBeforeRecompute(Rule):
         body = func if func is not None else ctx.tree
         after = [n for n in executed_nodes(body) if isinstance(n, ast.Call) and finder.backward_call(n) is not None
                  and runs_after(with_stmt, n) is not None and runs_after(with_stmt, n).how == "after"]
+        if not after and isinstance(func, FunctionNode) and not any(
+                isinstance(n, ast.Call) and finder.backward_call(n) is not None for n in executed_nodes(func)):
+            # `def steered_loss(...): with ...: out = model(x); return loss(out)`: the caller's backward
+            after = _backward_of_result(ctx, finder, func)
         if not after:
             return None
         return _Removal(site, forward, after[0], "with")
@@ -388,6 +392,33 @@ def _changed_param(reg: Registration) -> str | None:
     if reg.kind is HookKind.FORWARD:
         return reg.param("output")
     return reg.param("args") if reg.with_kwargs else reg.param("input")
+
+
+def _backward_of_result(ctx: FileContext, finder: BackwardFinder, func: ast.AST) -> list[ast.Call]:
+    """The backward a caller in this file runs on what ``func`` returns:
+    ``func(...).backward()``, or ``loss = func(...)`` then ``loss.backward()``."""
+    out = []
+    for call in ctx.model.name_calls.get(getattr(func, "name", ""), ()):
+        bindings = ctx.model.bindings_at(call.func)  # type: ignore[arg-type]
+        if len(bindings) != 1 or bindings[0].node is not func:
+            continue
+        parent = getattr(call, "_hl_parent", None)
+        if isinstance(parent, ast.Attribute) and parent.attr == "backward":
+            grand = getattr(parent, "_hl_parent", None)
+            if isinstance(grand, ast.Call) and finder.backward_call(grand) is not None:
+                out.append(grand)
+                continue
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+            name = parent.targets[0].id
+            caller = function_of(call)
+            scope_body = caller if caller is not None else ctx.tree
+            for node in executed_nodes(scope_body):
+                if isinstance(node, ast.Call) and finder.backward_call(node) is not None \
+                        and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                        and node.func.value.id == name and runs_after(call, node) is not None:
+                    out.append(node)
+                    break
+    return out
 
 
 def _between(first: ast.AST, node: ast.AST, last: ast.AST) -> bool:

@@ -157,12 +157,13 @@ class Changed:
 class Watch:
     """A hook removed before the recompute of a region whose forward it changed."""
 
-    __slots__ = ("rec", "changed", "removal_site", "handle", "done")
+    __slots__ = ("rec", "changed", "removal_site", "through_call", "handle", "done")
 
-    def __init__(self, rec: Any, changed: Changed, removal_site: Site):
+    def __init__(self, rec: Any, changed: Changed, removal_site: Site, through_call: bool = False):
         self.rec = rec
         self.changed = changed
         self.removal_site = removal_site
+        self.through_call = through_call  # removed by a helper this call (or `with` block) ran
         self.handle: Any = None
         self.done = False
 
@@ -239,12 +240,18 @@ class CheckpointExtension(Extension):
         if not noted or caller is None:
             return
         site = frames.site_of(caller)
+        through_call = False
+        if caller.f_code.co_name != "<module>":
+            # removed by a helper of another file (a steering context manager's `__exit__`): the user's call
+            outer = frames.caller_in_other_file(caller)
+            if outer is not None and not _installed(outer.filename):
+                site, through_call = outer, True
         for changed in noted:
             module = changed.module_ref()
             region = changed.region_ref()
             if module is None or region is None or _recomputed_already(region, changed.reentrant):
                 continue
-            watch = Watch(rec, changed, site)
+            watch = Watch(rec, changed, site, through_call)
             helper = self._helper(watch)
             register = self.rt.original("register_forward_pre_hook" if rec.kind is HookKind.FORWARD_PRE
                                         else "register_forward_hook", nn.Module)
@@ -292,6 +299,11 @@ class CheckpointExtension(Extension):
                 keep.append(watch)
         with self.lock:
             self.watches = keep + self.watches
+
+
+def _installed(filename: str) -> bool:
+    parts = filename.replace("\\", "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _recomputed_already(region: Any, reentrant: bool) -> bool:
@@ -389,7 +401,7 @@ def _removed_before_recompute(watch: Watch, now: tuple | None, info: Any) -> Obs
         key=("HKL702", watch.removal_site, rec.site, rec.name),
         site=watch.removal_site,
         message=f"{rec.what()} on {target} changed the module's {what} in a checkpointed forward and was removed "
-        f"here, before{backward} recomputed the region: the recompute produced another {what} for that module"
+        f"{'by the helper this line runs' if watch.through_call else 'here'}, before{backward} recomputed the region: the recompute produced another {what} for that module"
         f"{numbers}, so the gradients were computed from activations the forward never produced",
         help="Remove the hook after the `backward()` of that forward (keep it through the recompute), or keep the "
         "hooked module out of the checkpointed region.",

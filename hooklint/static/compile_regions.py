@@ -44,7 +44,7 @@ CHECKPOINT_WRAPPERS = frozenset({
 _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16",
                            "requires_grad_", "type", "share_memory"})
 # Attributes wrappers forward to the module they wrap (OptimizedModule, CheckpointWrapper).
-_TRANSPARENT = frozenset({"._orig_mod", "._checkpoint_wrapped_module", ".module"})
+_TRANSPARENT = frozenset({"._orig_mod", "._checkpoint_wrapped_module"})
 # Classes of torch.nn whose forward dynamo inlines, hooks and all: the root of a compiled
 # `nn.Sequential` does not run its hooks outside the compiled code.
 _TORCH_CONTAINERS = ("torch.nn.",)
@@ -146,6 +146,7 @@ class Refs:
         if len(bindings) != 1:
             return None
         b = bindings[0]
+        self._bindings[id(b)] = b
         if b.kind == "param":
             func = b.scope.node
             cls = model.enclosing_class(func)
@@ -154,7 +155,6 @@ class Refs:
                     and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list):
                 return ModuleRef(("self", id(cls.node)), steps)
             return ModuleRef((id(b),), steps)
-        self._bindings[id(b)] = b
         if b.kind == "assign" and not b.path and isinstance(b.value, ast.expr) and b.value is not root:
             value = b.value
             if isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)) or (
@@ -209,6 +209,31 @@ class Refs:
             return None
         return base, "items"
 
+    def _class_from_callers(self, binding) -> ClassInfo | None:
+        """The local class every call of the function in this file passes for
+        this (unannotated) parameter: ``steered_loss(model, ...)`` with ``model = Net()``."""
+        func = binding.scope.node
+        if not isinstance(func, FunctionNode) or self.ctx.model.enclosing_class(func) is not None:
+            return None
+        params = positional_params(func)
+        if binding.name not in params:
+            return None
+        index = params.index(binding.name)
+        found: ClassInfo | None = None
+        sites = 0
+        for call in self.ctx.model.name_calls.get(func.name, ()):
+            bindings = self.ctx.model.bindings_at(call.func)  # type: ignore[arg-type]
+            if len(bindings) != 1 or bindings[0].node is not func:
+                continue
+            if index >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
+                return None
+            value = self.ctx.inference.infer(call.args[index])
+            cls = value.local_class if isinstance(value, ModuleValue) else None
+            if cls is None or (found is not None and cls is not found):
+                return None
+            found, sites = cls, sites + 1
+        return found if sites else None
+
     def views(self, expr: ast.AST) -> list[ModuleRef]:
         """The refs of ``expr``: its own, and for each prefix whose class this
         file defines, the same module seen from that class's ``self``
@@ -222,8 +247,11 @@ class Refs:
             binding = self._bindings.get(own.root[0]) if len(own.root) == 1 else None
             if binding is not None:
                 value = self.ctx.inference.value_of_binding(binding)  # type: ignore[arg-type]
-                if isinstance(value, ModuleValue) and value.local_class is not None:
-                    out.append(ModuleRef(("self", id(value.local_class.node)), own.path, own.spread))
+                cls = value.local_class if isinstance(value, ModuleValue) else None
+                if cls is None and getattr(binding, "kind", "") == "param":
+                    cls = self._class_from_callers(binding)
+                if cls is not None:
+                    out.append(ModuleRef(("self", id(cls.node)), own.path, own.spread))
         found = _steps(expr)
         if found is None:
             return out
@@ -1198,13 +1226,14 @@ def foreign_registrations(ctx: "FileContext", refs: Refs, relevant) -> list[Fore
                         if key != param and not (isinstance(key, int) and key < len(params) and params[key] == param):
                             continue
                         steps = tuple(steps)
+                        named = arg
                         if items is not None:  # `[model.layer4]` given where the function loops over its items
                             if not steps or steps[0] != ANY_INDEX:
                                 continue
-                            steps, views = steps[1:], items
+                            steps, views, named = steps[1:], items, arg.elts[0]  # type: ignore[attr-defined]
                         extended = [v for v in (view.extend(steps) for view in views) if v is not None]
                         if extended:
-                            out.append(Foreign(call, arg, extended, kind, changes, accumulates, removal,
+                            out.append(Foreign(call, named, extended, kind, changes, accumulates, removal,
                                                src(call.func)))
     return out
 
