@@ -25,13 +25,13 @@ _MAX_FRAMES = 40
 
 
 def compiled_paths(model: nn.Module) -> set[str]:
-    try:
-        from torch._dynamo.eval_frame import OptimizedModule
-    except Exception:  # noqa: BLE001 - no dynamo: nothing is compiled
-        return set()
+    # importing dynamo costs a second or more: a model can only hold a compiled module if it is imported
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", None) if eval_frame is not None else None
     out: set[str] = set()
     for path, module in model.named_modules(remove_duplicate=False):
-        if isinstance(module, OptimizedModule) or getattr(module, "_compiled_call_impl", None) is not None:
+        if optimized is not None and isinstance(module, optimized) \
+                or getattr(module, "_compiled_call_impl", None) is not None:
             prefix = path + "." if path else ""
             out.update(p for p, _m in model.named_modules(remove_duplicate=False)
                        if p == path or p.startswith(prefix))

@@ -44,9 +44,8 @@ def _compiled_again(ctx: FileContext, where: ast.AST, tree: ModuleRef, compiled:
     later (or earlier in the same loop), or a call that is handed a compiled
     handle (``GradCAM(compiled, ...)`` itself, ``explain(compiled, cam)``)?"""
     for candidate in compiled:
-        if runs_after(where, candidate.call, given_first=True) is not None and any(relation(t, tree) is not None or
-                                                                 relation(tree, t) is not None
-                                                                 for t, _fires in candidate.trees):
+        overlaps = any(relation(t, tree) is not None or relation(tree, t) is not None for t, _f in candidate.trees)
+        if overlaps and runs_after(where, candidate.call, given_first=True) is not None:
             return True
     function = function_of(where)
     body = function if function is not None else ctx.tree

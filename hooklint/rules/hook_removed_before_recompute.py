@@ -109,8 +109,8 @@ class HookRemovedBeforeRecompute(Rule):
 
     ## References
     - [`torch.utils.checkpoint`](https://pytorch.org/docs/stable/checkpoint.html)
-    - [Activation checkpointing and hooks](https://pytorch.org/docs/stable/checkpoint.html#torch.utils.checkpoint.checkpoint):
-      the recompute runs the forward again in backward
+    - [`torch.utils.checkpoint.checkpoint`](https://pytorch.org/docs/stable/checkpoint.html): the recompute
+      runs the forward again in backward
     """
 
     code = "HKL702"
@@ -275,10 +275,12 @@ class HookRemovedBeforeRecompute(Rule):
         handle = stmt.targets[0]
         func = function_of(reg.call)
         body = func if func is not None else ctx.tree
-        removals = [call for call in ctx.model.method_calls.get("remove", ())
-                    if isinstance(call.func.value, ast.Name) and call.func.value.id == handle.id  # type: ignore[attr-defined]
-                    and function_of(call) is func and not call.args
-                    and any(b.node is stmt for b in ctx.model.bindings_at(call.func.value))]  # type: ignore[attr-defined]
+        removals = []
+        for call in ctx.model.method_calls.get("remove", ()):
+            removed = call.func.value  # type: ignore[attr-defined]
+            if isinstance(removed, ast.Name) and removed.id == handle.id and function_of(call) is func \
+                    and not call.args and any(b.node is stmt for b in ctx.model.bindings_at(removed)):
+                removals.append(call)
         calls = [node for node in executed_nodes(body) if isinstance(node, ast.Call)]
         for removal in removals:
             if runs_after(reg.call, removal) is None or runs_after(reg.call, removal).how != "after":
@@ -371,7 +373,8 @@ class HookRemovedBeforeRecompute(Rule):
                  "with": "is removed when this `with` block exits",
                  "forward": "is removed here"}[removal.how]
         if removal.backward is not None:
-            when = f"before the backward `{src(removal.backward.func)}(...)` at line {ctx.span(removal.backward)[0].row}"
+            row = ctx.span(removal.backward)[0].row
+            when = f"before the backward `{src(removal.backward.func)}(...)` at line {row}"
         else:
             when = "before `forward` returns, so before any backward of its output"
         module = reg.receiver_text
@@ -442,4 +445,3 @@ def _is_contextmanager(ctx: FileContext, func: ast.AST) -> bool:
         if qual in ("contextlib.contextmanager", "contextlib.asynccontextmanager"):
             return True
     return False
-

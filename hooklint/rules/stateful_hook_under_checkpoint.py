@@ -96,7 +96,7 @@ class StatefulHookUnderCheckpoint(Rule):
 
     ## References
     - [`torch.utils.checkpoint`](https://pytorch.org/docs/stable/checkpoint.html)
-    - [`torch.utils.checkpoint.set_checkpoint_early_stop`](https://pytorch.org/docs/stable/checkpoint.html#torch.utils.checkpoint.set_checkpoint_early_stop)
+    - [`set_checkpoint_early_stop`](https://pytorch.org/docs/stable/checkpoint.html)
     """
 
     code = "HKL703"
@@ -253,4 +253,3 @@ class StatefulHookUnderCheckpoint(Rule):
             related.append(Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0]))
             return self.finding(ctx, where, message, help=HELP, related=related)
         return self.finding(ctx, reg.name_node, message, help=HELP, related=related, name_only=True)
-

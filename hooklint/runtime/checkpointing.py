@@ -401,7 +401,8 @@ def _removed_before_recompute(watch: Watch, now: tuple | None, info: Any) -> Obs
         key=("HKL702", watch.removal_site, rec.site, rec.name),
         site=watch.removal_site,
         message=f"{rec.what()} on {target} changed the module's {what} in a checkpointed forward and was removed "
-        f"{'by the helper this line runs' if watch.through_call else 'here'}, before{backward} recomputed the region: the recompute produced another {what} for that module"
+        f"{'by the helper this line runs' if watch.through_call else 'here'}, before{backward} recomputed the "
+        f"region: the recompute produced another {what} for that module"
         f"{numbers}, so the gradients were computed from activations the forward never produced",
         help="Remove the hook after the `backward()` of that forward (keep it through the recompute), or keep the "
         "hooked module out of the checkpointed region.",

@@ -308,7 +308,8 @@ def relation(inner: ModuleRef, outer: ModuleRef) -> str | None:
     if inner.spread in ("submodules", "children"):
         # every module below `q`: some are in the tree if `q` is in it, or if the tree is below `q`
         n = min(len(p), len(q))
-        if all(_step_matches(a, b) for a, b in zip(q[:n], p[:n])) or all(_step_matches(b, a) for a, b in zip(q[:n], p[:n])):
+        pairs = list(zip(q[:n], p[:n]))
+        if all(_step_matches(a, b) for a, b in pairs) or all(_step_matches(b, a) for a, b in pairs):
             return "below"
         return None
     if len(q) < len(p) or not all(_step_matches(a, b) for a, b in zip(q, p)):
@@ -377,14 +378,14 @@ def runs_after(first: ast.AST, second: ast.AST, given_first: bool = False) -> Or
         if index < other_index or (index == other_index and _position(first) < _position(second)
                                    and stmt is other_stmt and _simple(stmt)):
             return Order("after")
-        if index == other_index and stmt is other_stmt and _later_part(stmt, a[level - 1][2] if level else first,
-                                                                       b[b.index((block, other_index, other_stmt)) - 1][2]
-                                                                       if b.index((block, other_index, other_stmt)) else second):
+        inner_first = a[level - 1][2] if level else first
+        inner_second = b[b_level - 1][2] if b_level else second
+        if index == other_index and stmt is other_stmt and _later_part(stmt, inner_first, inner_second):
             return Order("after")
         # `second` comes first in this block: on a later iteration of a loop holding both, it runs after
         loop = _enclosing_loop(stmt, func)
-        if loop is not None and not _conditional_between([item for item in b if _inside(item[2], loop)
-                                                           and item[2] is not loop]):
+        inside_loop = [item for item in b if _inside(item[2], loop) and item[2] is not loop] if loop else []
+        if loop is not None and not _conditional_between(inside_loop):
             return Order("next-iteration", loop)
         return None
     return None
@@ -599,7 +600,8 @@ class CompiledCalls:
                 if id(b) == ref.root[0] and b.kind == "param":
                     if name in params:
                         index = params.index(name)
-                        if index < len(site.args) and not any(isinstance(a, ast.Starred) for a in site.args[:index + 1]):
+                        if index < len(site.args) and not any(isinstance(a, ast.Starred)
+                                                              for a in site.args[:index + 1]):
                             return site.args[index]
                     return next((k.value for k in site.keywords if k.arg == name), None)
         return None
@@ -647,13 +649,12 @@ class CompiledCalls:
             scope = model.scopes.get(func)
             if scope is None:
                 continue
-            used = [p for p in params if any(b.kind == "param" and (id(b),) in called for b in scope.bindings.get(p, ()))]
+            used = {p: b for p in params for b in scope.bindings.get(p, ()) if b.kind == "param" and (id(b),) in called}
             if not used:
                 continue
             for site in self._sites_of(func):
-                for p in used:
-                    arg = self._argument_for(func, params, ModuleRef((id(next(b for b in scope.bindings[p]
-                                                                             if b.kind == "param")),), ()), site)
+                for p, param_binding in used.items():
+                    arg = self._argument_for(func, params, ModuleRef((id(param_binding),), ()), site)
                     if not isinstance(arg, ast.Name):
                         continue
                     for b in model.bindings_at(arg):
@@ -799,8 +800,8 @@ class CheckpointRegions:
     def _sequential(self, call: ast.Call) -> Region | None:
         seq = call.args[0]
         ref = self.refs.ref(seq)
-        segments = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "segments"),
-                                                                 None)
+        segments = call.args[1] if len(call.args) > 1 else \
+            next((k.value for k in call.keywords if k.arg == "segments"), None)
         if ref is None or ref.spread or not (isinstance(segments, ast.Constant) and isinstance(segments.value, int)) \
                 or segments.value < 1:
             return None
@@ -916,8 +917,8 @@ def _forward_order(cls: ClassInfo) -> list[str] | None:
     # executed_nodes walks outer calls before the calls in their arguments: order by position instead
     positions: dict[str, tuple[int, int]] = {}
     for node in executed_nodes(forward):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
-                and node.func.value.id == me:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == me:
             positions["." + node.func.attr] = max(positions.get("." + node.func.attr, (0, 0)), _end(node))
     if not positions:
         return None

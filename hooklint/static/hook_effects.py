@@ -112,17 +112,12 @@ def _is_argument(expr: ast.AST, params: set[str]) -> bool:
 
 
 def _grows_with(key: ast.AST, container: ast.AST, local: set[str]) -> bool:
-    """A key that is new on every call: ``len(container)``, or an outer counter."""
+    """A key that is new on every call: ``len(container)``."""
     if isinstance(key, ast.Call) and isinstance(key.func, ast.Name) and key.func.id == "len" and key.args \
             and ast.dump(key.args[0]) == ast.dump(container):
         return True
-    if isinstance(key, ast.Name) and key.id not in local and key.id.lower() in ("step", "steps", "count", "counter",
-                                                                             "calls", "n", "i", "idx", "index",
-                                                                             "call_count", "iteration"):
-        return True
-    if isinstance(key, ast.Attribute) and key.attr.lower() in ("step", "steps", "count", "counter", "calls",
-                                                               "call_count", "n_calls", "iteration", "idx"):
-        return True
+    # a key the hook advances itself (`acts[self.i] = o; self.i += 1`) is reported for its `+=`;
+    # a key fixed per hook or per step (a layer name, the step the trainer sets) is an overwrite
     return False
 
 
