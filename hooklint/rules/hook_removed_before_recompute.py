@@ -29,6 +29,8 @@ from hooklint.static.values import src
 
 HELP = ("Remove the hook after the `backward()` that uses this forward (keep it registered through the "
         "recompute), or exclude the hooked module from checkpointing; an observe-only hook can be removed early.")
+WITH_HELP = ("Run the `backward()` inside the `with` block, so the hook is still registered when the backward "
+             "recomputes the region; or exclude the hooked module from checkpointing.")
 
 
 @dataclass
@@ -359,7 +361,7 @@ class HookRemovedBeforeRecompute(Rule):
         if backward is not None:
             related.append(Related("the backward that recomputes without it", ctx.display_path,
                                    ctx.span(backward)[0]))
-        return self.finding(ctx, removal.node, message, help=HELP, related=related)
+        return self.finding(ctx, removal.node, message, help=WITH_HELP, related=related)
 
     def _finding(self, ctx: FileContext, reg: Registration, region: Region, how: str, removal: _Removal,
                  change: ast.AST) -> Finding:
@@ -388,7 +390,8 @@ class HookRemovedBeforeRecompute(Rule):
         if removal.backward is not None:
             related.append(Related("the backward that recomputes without it", ctx.display_path,
                                    ctx.span(removal.backward)[0]))
-        return self.finding(ctx, removal.node, message, help=HELP, related=related)
+        return self.finding(ctx, removal.node, message, help=WITH_HELP if removal.how == "with" else HELP,
+                            related=related)
 
 
 def _changed_param(reg: Registration) -> str | None:
