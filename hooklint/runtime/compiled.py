@@ -22,6 +22,8 @@ number of graphs and recompilations is the same with and without hooklint
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 import threading
 import weakref
 from typing import Any
@@ -38,12 +40,17 @@ from hooklint.static.hooks import HookKind
 _MAX_MODULES = 100_000  # modules looked at to name the ids of one graph
 
 
+_OUTPUT_GRAPH = "torch._dynamo.output_graph"
+
+
 def extension() -> "CompiledExtension | None":
+    import importlib.util
+
     try:
-        from torch._dynamo.output_graph import OutputGraph
-    except Exception:  # noqa: BLE001 - no dynamo in this build: nothing is compiled
-        return None
-    if not hasattr(OutputGraph, "call_user_compiler"):
+        # the package only: finding a submodule would import its parents, dynamo itself
+        if importlib.util.find_spec("torch._dynamo") is None:
+            return None
+    except (ImportError, ValueError):  # no dynamo in this build: nothing is compiled
         return None
     return CompiledExtension()
 
@@ -82,15 +89,39 @@ class CompiledExtension(Extension):
         self.graphs_of: WeakIdKeyDictionary = WeakIdKeyDictionary()  # module -> [CompiledGraph]
         self.late: list[LateHook] = []
         self.lock = threading.Lock()
+        self.finder: _ImportWatcher | None = None
 
     # -- lifecycle ------------------------------------------------------------
     def install(self, rt) -> None:
-        from torch._dynamo.output_graph import OutputGraph
-
+        """Patch dynamo's hand-over to the backend, now if dynamo is imported, else
+        when the program imports it (`torch.compile` does): importing it here
+        would import much of torch.distributed too, before the other extensions
+        could watch it, and cost every session a second."""
         self.rt = rt
-        self._patch(OutputGraph, "call_user_compiler", self._compiler_wrapper(OutputGraph.call_user_compiler))
+        if _OUTPUT_GRAPH in sys.modules:
+            self._patch_dynamo()
+        else:
+            self.finder = _ImportWatcher(_OUTPUT_GRAPH, self._dynamo_imported)
+            sys.meta_path.insert(0, self.finder)
+
+    def _dynamo_imported(self) -> None:
+        if self.rt is not None and self.rt.active and not self.originals:
+            try:
+                self._patch_dynamo()
+            except Exception as exc:  # noqa: BLE001 - compiled code stays unobserved, the program runs on
+                self.rt.internal_error(self.rt.sessions_here(), exc)
+
+    def _patch_dynamo(self) -> None:
+        output_graph = sys.modules[_OUTPUT_GRAPH].OutputGraph
+        if hasattr(output_graph, "call_user_compiler"):
+            self._patch(output_graph, "call_user_compiler",
+                        self._compiler_wrapper(output_graph.call_user_compiler))
 
     def uninstall(self, rt) -> None:
+        if self.finder is not None:
+            if self.finder in sys.meta_path:
+                sys.meta_path.remove(self.finder)
+            self.finder = None
         for owner, name, original, had in reversed(self.originals):
             if had:
                 setattr(owner, name, original)
@@ -197,6 +228,41 @@ class CompiledExtension(Extension):
                 keep.append(late)
         with self.lock:
             self.late = keep + self.late
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Calls ``callback`` once the program has imported ``name``."""
+
+    def __init__(self, name: str, callback):
+        self.name = name
+        self.callback = callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        callback, exec_module = self.callback, loader.exec_module
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                exec_module(module)
+                callback()
+
+        spec.loader = _Loader()
+        return spec
 
 
 def _installed(filename: str) -> bool:

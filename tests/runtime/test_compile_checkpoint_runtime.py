@@ -330,3 +330,17 @@ def test_instrumentation_changes_no_graph_and_no_recompilation():
     instrumented = _compile_counts(True)
     assert plain == instrumented
     assert plain[0]["unique_graphs"] >= 2  # the new shape recompiled: the comparison covers recompilation
+
+
+def test_a_session_imports_neither_dynamo_nor_fsdp():
+    """HKL701 patches dynamo when the program imports it: importing it at the
+    session's start would import FSDP's modules before the distributed layer
+    watches for them, and cost every session a second."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, hooklint\n"
+            "with hooklint.instrument():\n"
+            "    print('torch._dynamo' in sys.modules, 'torch.distributed.fsdp._fully_shard._fsdp_param' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["False", "False"], result.stdout + result.stderr
