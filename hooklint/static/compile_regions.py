@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from hooklint.static.flow import block_of, executed_nodes, function_of
 from hooklint.static.semantic import ClassInfo, FunctionNode, positional_params
@@ -928,17 +928,6 @@ def _forward_order(cls: ClassInfo) -> list[str] | None:
 def _end(node: ast.AST) -> tuple[int, int]:
     """Where a call finishes: the innermost call of nested calls finishes first."""
     return getattr(node, "end_lineno", 0) or 0, getattr(node, "end_col_offset", 0) or 0
-
-
-def region_relation(refs: Refs, receiver: ast.AST, region: Region) -> tuple[str, ModuleRef] | None:
-    """("root" or "below", the view that matched) when ``receiver`` is a module of ``region``."""
-    return views_relation(refs.views(receiver), region)
-
-
-def iter_names(node: ast.AST) -> Iterator[ast.Name]:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name):
-            yield sub
 
 
 def runs_again(region: Region, how: str, view: ModuleRef, pre_hook: bool) -> bool:

@@ -15,7 +15,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.flow import executed_nodes
-from hooklint.static.semantic import FunctionNode, positional_params
+from hooklint.static.semantic import positional_params
 
 # Methods that add to a container: called on state kept outside the hook, they accumulate.
 _ADDING_METHODS = frozenset({"append", "extend", "insert", "add", "appendleft", "extendleft", "put", "put_nowait"})
@@ -197,8 +197,3 @@ def _short(call: ast.Call) -> str:
     if len(head) > 50:
         head = "..." + head[-47:]
     return f"{head}({'...' if call.args or call.keywords else ''})"
-
-
-def hook_function(node: ast.AST) -> ast.AST | None:
-    """``node`` itself when it is a function or lambda."""
-    return node if isinstance(node, FunctionNode + (ast.Lambda,)) else None

@@ -341,6 +341,7 @@ def test_a_session_imports_neither_dynamo_nor_fsdp():
 
     code = ("import sys, torch, hooklint\n"
             "with hooklint.instrument():\n"
-            "    print('torch._dynamo' in sys.modules, 'torch.distributed.fsdp._fully_shard._fsdp_param' in sys.modules)\n")
+            "    print('torch._dynamo' in sys.modules,\n"
+            "          'torch.distributed.fsdp._fully_shard._fsdp_param' in sys.modules)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["False", "False"], result.stdout + result.stderr
