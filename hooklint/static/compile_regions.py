@@ -895,6 +895,7 @@ class CheckpointRegions:
 
 
 def _forward_order(cls: ClassInfo) -> list[str] | None:
+    """The children a class's ``forward`` calls (``[".attn", ".mlp"]``), in the order their calls end."""
     forward = cls.method("forward")
     if forward is None:
         return None
@@ -902,19 +903,8 @@ def _forward_order(cls: ClassInfo) -> list[str] | None:
     if not params:
         return None
     me = params[0]
-    order: list[str] = []
-    for node in executed_nodes(forward):
-        if isinstance(node, ast.Call):
-            callee = node.func
-            while isinstance(callee, (ast.Attribute, ast.Subscript)):
-                if isinstance(callee.value, ast.Name) and callee.value.id == me and isinstance(callee, ast.Attribute):
-                    step = "." + callee.attr
-                    if step in order:
-                        order.remove(step)
-                    order.append(step)
-                    break
-                callee = callee.value
-    # executed_nodes walks outer calls before the calls in their arguments: order by position instead
+    # the order in which the calls of `self.<child>(...)` finish (a call in another's arguments finishes
+    # first), each child at its last call: the last one is the layer the recompute stops in
     positions: dict[str, tuple[int, int]] = {}
     for node in executed_nodes(forward):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
