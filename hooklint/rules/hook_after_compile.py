@@ -70,9 +70,9 @@ class HookAfterCompile(Rule):
     counts too: it runs after the compiled call from the loop's second
     iteration on.  A hook registered late but used only with the uncompiled
     module (`model(x)` after `cmodel = torch.compile(model)`) fires, and is
-    not reported.  Registrations through a helper of the same file (a
-    Grad-CAM class built with `model.layer4[-1]`) are followed; `hooklint
-    run` also sees helpers from other files.
+    not reported.  Registrations through a helper are followed, in the same
+    file or in another checked file (a Grad-CAM class of a library built
+    with `model.layer4[-1]`: reported at that call).
 
     ## Why is this bad?
     `torch.compile` traces the module's forward, hooks included, the first
@@ -96,12 +96,15 @@ class HookAfterCompile(Rule):
     does not.
 
     ## Known problems
-    Only what one file shows is followed: a compiled call and a registration
-    in the same function (or one of its local helpers), in program order;
-    a compiled call under a condition the registration is not under is not
-    counted.  The run-time layer (`hooklint run`, the pytest plugin) reports
-    the same problem for hooks registered anywhere, once the compiled code
-    ran without calling them.
+    The compiled call and the registration (or the call of the helper that
+    registers) must be in the same function, in program order; a compiled
+    call under a condition the registration is not under is not counted.
+    The run-time layer (`hooklint run`, the pytest plugin) reports the same
+    problem for hooks registered anywhere, once the compiled code ran
+    without calling them.  A second instance of a class another instance of
+    which was compiled first reuses that graph and ignores even the hooks
+    registered before its own `torch.compile` (docs/compile.md): neither
+    layer reports that.
 
     ## Example
     ```python
