@@ -27,7 +27,7 @@ from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
-from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
+from hooklint.static.project import HOOKS_QUERY, ProjectIndex, parse_key, site_facts_of_source, summarize_source
 from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
@@ -427,13 +427,17 @@ class ProjectPass:
 
     def run(self) -> None:
         index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
-        questions = {parse_key(key) for r in self.results if r.asked for key in r.asked}
-        if not questions:
+        asked = [key for r in self.results if r.asked for key in r.asked]
+        if not asked:
             return
+        questions = {parse_key(key) for key in asked if not key.startswith(HOOKS_QUERY)}
+        # questions about the hooks a function of another file registers are answered from that file's
+        # summary; the files that re-export it (a package's `__init__.py`) are found by its name
+        hooks_names = {key[len(HOOKS_QUERY):].rpartition(".")[2] for key in asked if key.startswith(HOOKS_QUERY)}
         checked = len(self.files)
         self._add_context(index)
         try:
-            self._answer(index, questions)
+            self._answer(index, questions, {n for n in hooks_names if n.isidentifier()})
         finally:
             # the project's other files lent their call sites; they have no result of this run
             if self.cache is not None:
@@ -468,8 +472,9 @@ class ProjectPass:
             self.results.append(lent)
             self.context_files += 1
 
-    def _answer(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
-        self._find_callers(index, questions)
+    def _answer(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]], names_too: set[str]) -> None:
+        if questions or names_too:
+            self._find_callers(index, questions, names_too)
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -490,13 +495,14 @@ class ProjectPass:
                 else:
                     self.records.pop(outcome.index, None)
 
-    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
+    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]],
+                      names_too: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
                    and not r.notices]
         searched: set[str] = set()
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
-            names = index.names_for(questions) - searched
+            names = (index.names_for(questions) | names_too) - searched
             if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
                 names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
             progress = self._refine(index)
@@ -583,6 +589,8 @@ def project_files(root: Path, options: CheckOptions, checked: list[str]) -> list
 
 
 def _answer(index: ProjectIndex, key: str) -> list[Any] | None:
+    if key.startswith(HOOKS_QUERY):
+        return index.hooks_of(key[len(HOOKS_QUERY):])
     qual, needed = parse_key(key)
     found = index.first_reason(qual, needed)
     return None if found is None else found.to_list()

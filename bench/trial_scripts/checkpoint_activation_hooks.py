@@ -2,8 +2,9 @@
 blocks run under non-reentrant activation checkpointing: a hook on a layer
 inside the block runs at the forward and again at the recompute during
 backward (a hook on the checkpointed block itself runs once: the recompute
-stops early, before the block's forward returns).  Written the safe way
-(keyed by name, overwritten), so the doubled call does no harm."""
+stops early, before the block's forward returns).  The statistics are
+written the safe way (keyed by name, overwritten), but the list of calls
+grows twice per step for the inner layers: HKL703."""
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
@@ -33,7 +34,7 @@ def main():
             calls.append(name)
         return hook
 
-    handles = [b[0].register_forward_hook(record(f"block{i}.0")) for i, b in enumerate(model.blocks)]
+    handles = [b[0].register_forward_hook(record(f"block{i}.0")) for i, b in enumerate(model.blocks)]  # expect: HKL703
     handles.append(model.blocks[0].register_forward_hook(record("block0")))
     x, y = torch.randn(8, 16), torch.randint(0, 2, (8,))
     loss = nn.functional.cross_entropy(model(x), y)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-FACTS_VERSION = 2
+FACTS_VERSION = 3
 
 Shape = tuple[int, ...]
 
@@ -110,6 +110,11 @@ class ModuleFacts:
     output_inplace: Op | None = None  # an op after it that modifies its output in place
     input_inplace: Op | None = None  # an op of its own that modifies its input in place
     trainable_params: int = 0  # its own parameters (not its children's) that require grad
+    # Where its forward runs (docs/compile.md): inside code the model compiles itself
+    # (`torch.compile(submodule)`, `submodule.compile()`), and inside an activation-checkpointed
+    # region ("non-reentrant" / "reentrant"; "" not; None: not known, the model did not run).
+    compiled: bool = False
+    checkpointed: str | None = None
 
     @property
     def display_path(self) -> str:
@@ -132,6 +137,8 @@ class ModuleFacts:
             "output_inplace": self.output_inplace.to_dict() if self.output_inplace else None,
             "input_inplace": self.input_inplace.to_dict() if self.input_inplace else None,
             "trainable_params": self.trainable_params,
+            "compiled": self.compiled,
+            "checkpointed": self.checkpointed,
         }
 
     @classmethod
@@ -156,6 +163,8 @@ class ModuleFacts:
             output_inplace=op("output_inplace"),
             input_inplace=op("input_inplace"),
             trainable_params=data.get("trainable_params", 0),
+            compiled=data.get("compiled", False),
+            checkpointed=data.get("checkpointed"),
         )
 
 

@@ -44,18 +44,34 @@ def bound_column(module: ModuleFacts, model_file: str | None) -> str:
     return text if module.bound_is_own else text + " *"
 
 
+def runs_in_column(module: ModuleFacts) -> str:
+    """Where the module's forward runs: compiled code, a checkpointed region (docs/compile.md)."""
+    parts = []
+    if module.compiled:
+        parts.append("compiled")
+    if module.checkpointed:
+        parts.append("checkpoint" + (" (reentrant)" if module.checkpointed == "reentrant" else ""))
+    return ", ".join(parts)
+
+
+def has_regions(model: ModelFacts) -> bool:
+    return any(m.compiled or m.checkpointed for m in model.modules)
+
+
 def rows(model: ModelFacts) -> list[tuple[Any, ...]]:
     model_file = os.path.realpath(model.class_file) if model.class_file else None
+    regions = has_regions(model)
     out = []
     for module in model.modules:
-        out.append((
+        row = (
             module.display_path,
             module.class_name,
             len(module.ops) if module.calls else "not called",
             bound_column(module, model_file),
             _yes_no(module.legacy_safe) if module.calls else "",
             full_hook_column(model, module),
-        ))
+        )
+        out.append(row + (runs_in_column(module),) if regions else row)
     return out
 
 
@@ -75,6 +91,10 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts],
         return ""
     chunks: list[str] = []
 
+    def add_model(model: ModelFacts) -> None:
+        chunks.append("  " + model_heading(model))
+        headers = HEADERS + ("runs in",) if has_regions(model) else HEADERS
+        table = tabulate(rows(model), headers=headers, tablefmt="simple")
     def add_model(model: ModelFacts, place=lambda text: text) -> None:
         chunks.append("  " + place(model_heading(model)))
         table = tabulate([[place(c) if isinstance(c, str) else c for c in row] for row in rows(model)],
@@ -111,6 +131,10 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts],
         chunks.append("legacy-safe: the legacy hook's grad_input starts with exactly the gradients of the module's "
                       "inputs.  full hook before param grads: its inputs can come straight from data that needs "
                       "no grad, so a full backward hook runs before its parameters' .grad is accumulated.")
+        if any(has_regions(m) for found in facts for m in found.models) or any(has_regions(m) for m in factories):
+            chunks.append("runs in: compiled code the model builds itself (module hooks registered after its first "
+                          "call never fire), or an activation-checkpointed region (its forward hooks run again "
+                          "in backward); docs/compile.md.")
     # class, module and file names come from the user's code: printed escaped
     return "\n".join(printable(line) for line in "\n".join(chunks).rstrip("\n").split("\n")) + "\n"
 

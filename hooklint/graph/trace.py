@@ -1143,16 +1143,32 @@ def _analyse(model: nn.Module, *, source: str, describe: Describe, inputs: tuple
                 run_error = run_error or f"running it on {', '.join(str(s) for s in spec_of(example))} " \
                                          f"failed: {one_line(exc)}"
                 continue
+            modules = with_regions(model, module_facts_from_autograd(model, view, describe), prepared)
             return ModelFacts(**base, method=method, fx_error=fx_error, autograd=True,
-                              inputs=spec_of(example), inputs_origin=origin,
-                              modules=tuple(module_facts_from_autograd(model, view, describe)))
+                              inputs=spec_of(example), inputs_origin=origin, modules=tuple(modules))
         reason = run_error or "no example input"
     else:
         reason = f"no example input: {candidates}"
     if trace is not None:
         return ModelFacts(**base, method="fx", autograd=False, note=reason,
-                          modules=tuple(fx_only_facts(model, trace, describe)))
+                          modules=tuple(with_regions(model, fx_only_facts(model, trace, describe), None)))
     raise AnalysisError(f"fx could not trace it ({fx_error}) and {reason}")
+
+
+def with_regions(model: nn.Module, modules: list[ModuleFacts], inputs: tuple[Any, ...] | None) -> list[ModuleFacts]:
+    """The module facts with where each forward runs: compiled by the model
+    itself, inside an activation-checkpointed region (docs/compile.md)."""
+    from dataclasses import replace
+
+    from hooklint.graph.regions import checkpointed_paths, compiled_paths
+
+    compiled = compiled_paths(model)
+    checkpointed = checkpointed_paths(model, inputs)
+    if not compiled and not checkpointed:
+        return modules
+    return [replace(m, compiled=m.path in compiled,
+                    checkpointed=checkpointed.get(m.path, "") if checkpointed is not None else None)
+            for m in modules]
 
 
 def one_line(exc: BaseException, limit: int = 240) -> str:

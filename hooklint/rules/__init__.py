@@ -46,6 +46,9 @@ _RULE_MODULES = (
     "hooklint.rules.backward_hook_on_embedding",
     "hooklint.rules.backward_only_for_hooks",
     "hooklint.rules.forward_hook_replaces_output",
+    "hooklint.rules.hook_after_compile",
+    "hooklint.rules.hook_removed_before_recompute",
+    "hooklint.rules.stateful_hook_under_checkpoint",
 )
 
 

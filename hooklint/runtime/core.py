@@ -46,6 +46,9 @@ _TENSOR_BACKWARD_CODE = torch.Tensor.backward.__code__
 _ACCUMULATE_GRAD = torch._C._functions.AccumulateGrad
 
 _current_task_id: Callable[[], int] = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+# While dynamo traces a function, hooklint's wrappers step aside: what they do (frame walks, records)
+# would break the graph, and the compiled code must be the same with and without hooklint.
+_is_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def current_task_id() -> int:
@@ -321,9 +324,13 @@ class Runtime:
         # exception is explained after they are gone, so they are kept here with it.
         self.removed_during_error: list[tuple[int, HookRecord]] = []
         self._registrations = itertools.count()
-        # Layers that follow what this one sees (hooklint.runtime.distributed): installed and
-        # removed with the patches, told about registrations, hook calls and ends of backward.
+        # Layers that follow what this one sees (hooklint.runtime.distributed, .compiled,
+        # .checkpointing): installed and removed with the patches, told about registrations, hook
+        # calls and ends of backward.
         self.extensions: list = []
+        # Called after every forward (pre-)hook of the user's, when an extension asks for it:
+        # (record, the hook's arguments, what it returned, its output's version before the call).
+        self.forward_watchers: list = []
 
     # -- sessions -----------------------------------------------------------
     def sessions_here(self) -> list:
@@ -365,6 +372,13 @@ class Runtime:
                 self.check_repeated(final=True)
             except Exception as exc:  # noqa: BLE001
                 self.internal_error([session], exc)
+            for extension in self.extensions:
+                ending = getattr(extension, "session_ending", None)
+                if ending is not None:
+                    try:
+                        ending(session)
+                    except Exception as exc:  # noqa: BLE001
+                        self.internal_error([session], exc)
             for rec in session._records:
                 if session in rec.sessions:
                     rec.sessions.remove(session)
@@ -447,6 +461,7 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - the patches below must be put back whatever happens
                 self.internal_error(self.sessions_here(), exc)
         self.extensions.clear()
+        self.forward_watchers.clear()
         for owner, name, original, had in reversed(self.originals):
             if had:
                 setattr(owner, name, original)
@@ -571,6 +586,19 @@ class Runtime:
                     site_group.reported = 0  # said again, so that a session ending now hears it
                 self.confirm_site_group(site_group)
 
+    def judge_pending(self) -> None:
+        """Judge now what is otherwise judged after a backward or when the session
+        ends: repeated registrations, and what the extensions hold back (a hook
+        compiled code never called, HKL701)."""
+        self.check_repeated(final=True)
+        for extension in self.extensions:
+            judge = getattr(extension, "judge", None)
+            if judge is not None:
+                try:
+                    judge()
+                except Exception as exc:  # noqa: BLE001
+                    self.internal_error(self.sessions_here(), exc)
+
     def _watch_legacy_inputs(self, module: nn.Module | None) -> None:
         """Note, on the autograd node a legacy backward hook binds to, whether that
         node's inputs are the module's inputs (HKL102).  A forward pre-hook of
@@ -658,6 +686,10 @@ class Runtime:
     def removed(self, rec: HookRecord, caller: types.FrameType | None) -> None:
         rec.removed = True
         self.records.pop(rec.handle_id, None)
+        for extension in self.extensions:
+            notify = getattr(extension, "hook_removed", None)
+            if notify is not None:
+                notify(rec, caller)
         in_flight = sys.exc_info()[1]
         if in_flight is not None and rec.kind.is_module_backward:
             del self.removed_during_error[:-63]
@@ -1010,7 +1042,7 @@ _MODULE_METHODS = {
 # Modules whose `extension()` returns an object with install/uninstall, hook_bound, adopted,
 # module_hook_after_accumulation, post_accumulate_ran, backward_ended, gradient_elsewhere and
 # rewrite (or None).
-_EXTENSIONS = ("hooklint.runtime.distributed",)
+_EXTENSIONS = ("hooklint.runtime.distributed", "hooklint.runtime.compiled", "hooklint.runtime.checkpointing")
 _GLOBAL_FUNCTIONS = {
     "register_module_forward_pre_hook": HookKind.FORWARD_PRE,
     "register_module_forward_hook": HookKind.FORWARD,
@@ -1192,6 +1224,8 @@ class _Patches:
         @functools.wraps(original)
         def register(module, hook, *args, **kwargs):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(module, hook, *args, **kwargs)
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -1236,6 +1270,8 @@ class _Patches:
         @functools.wraps(original)
         def register(tensor, hook):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(tensor, hook)
             sessions = rt.sessions_here()
             caller = frames.called_from_user(1) if sessions else None
             if caller is None or not callable(hook):
@@ -1320,6 +1356,8 @@ class _Patches:
         @functools.wraps(original)
         def setup(backward_hook, args):
             __tracebackhide__ = True
+            if _is_compiling():
+                return original(backward_hook, args)
             result = original(backward_hook, args)
             if counts:  # the module's forward ran: count it for its backward hooks (HKL304), in a plain loop
                 for hook in backward_hook.user_hooks:
@@ -1464,8 +1502,13 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
     """Counts the module's forwards while the hook is registered: a hook registered
     again after its module ran, the earlier one still in place, stacks up (HKL304)."""
 
+    watchers = rt.forward_watchers
+    output_last = rec.kind is HookKind.FORWARD
+
     def hooklint_forward_hook(*args, **kwargs):
         __tracebackhide__ = True
+        if _is_compiling():
+            return hook(*args, **kwargs)
         if rec.live:
             rec.runs += 1
             group = rec.site_group
@@ -1474,12 +1517,23 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
                     rt.confirm_site_group(group)
                 except Exception as exc:  # noqa: BLE001
                     rt.internal_error(rec.sessions, exc)
+        if not rec.live:
+            return hook(*args, **kwargs)
+        # the tensor the hook may edit in place: the output (forward hook) or the first input (pre-hook)
+        watched = args[-1] if output_last else (args[1][0] if len(args) > 1 and isinstance(args[1], tuple)
+                                                and args[1] else None)
+        version = watched._version if isinstance(watched, torch.Tensor) else None
         result = hook(*args, **kwargs)
-        if result is not None and rec.live and rec.kind is HookKind.FORWARD and args:
+        if result is not None and rec.kind is HookKind.FORWARD and args:
             try:
                 obs = observe.replaced_output(rec, hook, args[0], args[-1], result)
                 if obs is not None:
                     rt.emit(rec.sessions, obs)
+            except Exception as exc:  # noqa: BLE001
+                rt.internal_error(rec.sessions, exc)
+        for watcher in watchers:
+            try:
+                watcher(rec, args, result, watched, version)
             except Exception as exc:  # noqa: BLE001
                 rt.internal_error(rec.sessions, exc)
         return result

@@ -93,11 +93,12 @@ class Session:
 
     def judge_pending(self) -> None:
         """Judge now what is otherwise judged after each backward and when the
-        session ends (hooks registered again and again, HKL304)."""
+        session ends (hooks registered again and again, HKL304; module hooks
+        compiled code never called, HKL701)."""
         if self.active:
             from hooklint.runtime.core import RUNTIME
 
-            RUNTIME.check_repeated(final=True)
+            RUNTIME.judge_pending()
 
     def observe_exception(self, exc: BaseException) -> None:
         """Map PyTorch's hook errors in ``exc`` (and its chain) to findings."""

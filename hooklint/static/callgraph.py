@@ -796,8 +796,14 @@ class Summarizer:
                         imports[name] = f"{base}.{alias.name}"
                 elif isinstance(b.value, str):
                     imports[name] = b.value
-        return {"v": SUMMARY_FORMAT, "module": self.module, "path": self.display_path, "functions": functions,
-                "classes": classes, "imports": imports, "sites": self.sites(facts)}
+        summary = {"v": SUMMARY_FORMAT, "module": self.module, "path": self.display_path, "functions": functions,
+                   "classes": classes, "imports": imports, "sites": self.sites(facts)}
+        from hooklint.static.compile_regions import hook_summary
+
+        hooks = hook_summary(self.model, self.inference)
+        if hooks:  # module hooks registered on parameters, for callers in other files (HKL7xx)
+            summary["hooks"] = hooks
+        return summary
 
     def sites(self, facts: bool = False) -> list[list[Any]]:
         out = []

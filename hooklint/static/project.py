@@ -116,6 +116,11 @@ def _short(qual: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2][:1].isupper() else parts[-1]
 
 
+# Questions about the hooks a function of another file registers on its arguments
+# (``ProjectView.hooks_of``) are keyed by this prefix and the callee's name.
+HOOKS_QUERY = "hooks:"
+
+
 def query_key(qual: str, needed: Iterable[str]) -> str:
     return qual + "|" + ",".join(sorted(needed))
 
@@ -485,6 +490,25 @@ class ProjectIndex:
             return Reason("function", path, line, call=f"{parts[0]}(...)")
         return None
 
+    # ------------------------------------------------------------ hooks
+    def hooks_of(self, callee: str) -> list[Any] | None:
+        """``[bound, positional parameters, facts]`` for a call of ``callee`` (as a
+        site names it) whose function registers module hooks on its parameters
+        (compile_regions.hook_summary)."""
+        resolved = self.resolve(callee)
+        if resolved is None:
+            return None
+        qual, bound = resolved
+        module, local = self._split(qual, "functions")
+        if module is None:
+            return None
+        facts = self.modules[module].get("hooks", {}).get(local)
+        if not facts:
+            return None
+        function = self.modules[module]["functions"].get(local)
+        positional = function[0] if function else []
+        return [1 if bound else 0, positional, facts]
+
     # ------------------------------------------------------------ names
     def names_for(self, quals: Iterable[tuple[str, frozenset[str]]]) -> set[str]:
         """Identifiers a file must contain to hold a call site that could
@@ -622,6 +646,19 @@ class ProjectView:
             answer = None if found is None else found.to_list()
         self.asked[key] = answer
         return None if answer is None else Reason.from_list(answer)
+
+    def hooks_of(self, callee: str) -> list[Any] | None:
+        """What a call of ``callee`` registers on its arguments, from the file
+        that defines it (:meth:`ProjectIndex.hooks_of`); recorded like every question."""
+        key = HOOKS_QUERY + callee
+        if key in self.answers:
+            answer = self.answers[key]
+        else:
+            if self._local is None:
+                self._local = self._local_factory()
+            answer = self._local.hooks_of(callee)
+        self.asked[key] = answer
+        return answer
 
     def local_callers(self, qual: str) -> list[str]:
         """The functions of this file that call ``qual`` ("" for module level)."""

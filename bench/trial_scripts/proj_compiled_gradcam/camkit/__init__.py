@@ -1,0 +1,3 @@
+from camkit.gradcam import GradCAM
+
+__all__ = ["GradCAM"]

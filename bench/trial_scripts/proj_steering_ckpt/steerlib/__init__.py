@@ -1,0 +1,3 @@
+from steerlib.steering import Steering
+
+__all__ = ["Steering"]
