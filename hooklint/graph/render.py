@@ -91,14 +91,11 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts],
         return ""
     chunks: list[str] = []
 
-    def add_model(model: ModelFacts) -> None:
-        chunks.append("  " + model_heading(model))
-        headers = HEADERS + ("runs in",) if has_regions(model) else HEADERS
-        table = tabulate(rows(model), headers=headers, tablefmt="simple")
     def add_model(model: ModelFacts, place=lambda text: text) -> None:
         chunks.append("  " + place(model_heading(model)))
+        headers = HEADERS + ("runs in",) if has_regions(model) else HEADERS
         table = tabulate([[place(c) if isinstance(c, str) else c for c in row] for row in rows(model)],
-                         headers=HEADERS, tablefmt="simple")
+                         headers=headers, tablefmt="simple")
         chunks.append("\n".join("    " + line for line in table.splitlines()))
         if any(m.calls and m.bound is not None and not m.bound_is_own for m in model.modules):
             chunks.append("    * not an op of the module itself: its forward returns its input as is, and the "

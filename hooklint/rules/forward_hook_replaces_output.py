@@ -145,6 +145,6 @@ class ForwardHookReplacesOutput(Rule):
                     message=(f"{kind} `{hook.name}` returns {found.what} here: PyTorch takes any value a {kind} "
                              f"returns other than None as the module's new {replaced}, so this replaces the "
                              f"{replaced} of `{reg.receiver_text}` while the hook is registered"),
-                    help=f"Return nothing (`return`) on bookkeeping paths; keep the value elsewhere "
-                         f"(`module.total_ops += ...`).",
+                    help="Return nothing (`return`) on bookkeeping paths; keep the value elsewhere "
+                         "(`module.total_ops += ...`).",
                 )

@@ -14,7 +14,7 @@ from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import built_in_file, outside_root
 from hooklint.static.travel import EMPTY
-from hooklint.static.values import ModuleValue, src
+from hooklint.static.values import src
 
 
 class FullHookOnCallerModule(Rule):

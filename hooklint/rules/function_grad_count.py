@@ -423,8 +423,8 @@ class FunctionGradCount(Rule):
                    f"{op.registration.lineno}), returns {got} gradient{'s' if got != 1 else ''}, but the op has "
                    f"{want} input{'s' if want != 1 else ''} ({inputs}): ")
         if got < want:
-            message += (f"torch raises `RuntimeError: ... returned an incorrect number of gradients` when this "
-                        f"backward runs")
+            message += ("torch raises `RuntimeError: ... returned an incorrect number of gradients` when this "
+                        "backward runs")
         else:
             message += (f"unlike an autograd.Function, a registered backward must return exactly one gradient per "
                         f"input, extra Nones included (PyTorch raises \"The backward formula for "
