@@ -5,7 +5,6 @@ commands that need torch saying so in one line where it is not installed."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess

@@ -19,7 +19,7 @@ from hooklint.config import resolve_codes
 from hooklint.static.output_grad_hook import helper_source
 from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Severity
 from hooklint.static.checker import check_file, check_text, read_checkable
-from hooklint.static.notebook import CELL_BOUNDARY, mask_ipython, read_notebook
+from hooklint.static.notebook import CELL_BOUNDARY, mask_ipython
 
 ALL = frozenset(resolve_codes(["ALL"], [], []))
 GRADCAM = FIXTURES / "notebooks" / "gradcam_debugging.ipynb"
