@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from hooklint.graph.facts import Unanalysed
+from hooklint.graph.inputs import INPUT_HINT
 from hooklint.graph.plan import Plan, plan_for, project_context
 from hooklint.graph.roots import file_roots
 from hooklint.graph.sanitize import definitions_only
@@ -242,6 +243,9 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     tree = ast.parse(text, str(path))
     context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
     plan = plan_for(tree, context)
+    from hooklint.graph.entry import data_hint
+
+    plan.data_hint = data_hint(tree)
     roots = context.roots
     unique_name = f"__hooklint_model_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}__"
     module = types.ModuleType(unique_name)
@@ -361,6 +365,9 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
     def add(value: Any, source: str, line: int | None, class_name: str) -> bool:
         if not isinstance(value, nn.Module):
             return False
+        if session.plan.data_hint is not None:
+            # what the script's data code feeds (inputs.py reads it after the model's own sizes)
+            object.__setattr__(value, INPUT_HINT, session.plan.data_hint)
         result.built.append(Built(value, source, line))
         built_classes.add(class_name)
         covered.update(_own_classes(value, own_module_names) | {class_name})
@@ -379,6 +386,21 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
                     kind))
             continue
         add(value, call.text, call.line, call.class_name)
+    # 1b. models the script builds from its command line (entry points), and their variants
+    from hooklint.graph.entry_run import run_entry
+
+    for entry in session.plan.entries:
+        for variant in (None, *entry.variants):
+            label = entry.describe(variant)
+            value, error, kind = steps.run(f"building {label}",
+                                           lambda: run_entry(namespace, entry, str(session.path), variant))
+            if error is not None:
+                key = f"`{entry.binding}` (line {entry.line})" + (
+                    " with " + " ".join(f"--{k}={v!r}" for k, v in variant[0]) if variant is not None else "")
+                result.failures.setdefault(key, Unanalysed(key, entry.line, error if kind == "timeout" else
+                                                           f"building {label} failed: {error}", kind))
+                continue
+            add(value, label, entry.line, type(value).__name__)
     # 2. no-argument constructors
     classes = {}
     for candidate in session.plan.classes:
@@ -547,6 +569,13 @@ def rebuild_model(namespace: dict[str, Any], plan: Plan, model: dict[str, Any], 
         if function is None:
             raise LookupError(f"`{name}` is not defined in the file any more")
         return _first_value(function())
+    entry = next((e for e in plan.entries if model.get("call_line") == e.line and source.startswith(
+        f"`{e.binding} = ")), None)
+    if entry is not None:
+        from hooklint.graph.entry_run import run_entry
+
+        variant = next((v for v in entry.variants if entry.describe(v) == source), None)
+        return run_entry(namespace, entry, filename, variant)
     call = next((c for c in plan.calls if c.text == source), None) or next(
         (c for c in plan.calls if model.get("call_line") is not None and c.line == model["call_line"]
          and c.class_name == class_name), None)

@@ -83,10 +83,13 @@ class Plan:
     classes: list[ClassCandidate] = field(default_factory=list)
     calls: list[ConstructorCall] = field(default_factory=list)
     factories: list[FactoryCandidate] = field(default_factory=list)
+    entries: list = field(default_factory=list)  # EntryConstruction: models the script builds from its options
+    # the example input's size the file's data code shows ((C, H, W) or (H, W)), and why
+    data_hint: tuple | None = None
 
     @property
     def has_work(self) -> bool:
-        return bool(self.classes or self.calls or self.factories)
+        return bool(self.classes or self.calls or self.factories or self.entries)
 
 
 def _substitute(node: Any, subs: dict[int, ast.expr]) -> Any:
@@ -387,6 +390,108 @@ class _Planner:
     def _inside_class(self, node: ast.AST) -> bool:
         return any(isinstance(a, ast.ClassDef) for a in self.model.ancestors(node))
 
+    # ------------------------------------------------------------ entry points
+
+    def entries(self, calls: list[ConstructorCall]) -> list:
+        """Models the file builds from its command line (:mod:`hooklint.graph.entry`),
+        where hooks are involved."""
+        if self.context is None:
+            return []
+        from hooklint.graph.entry import EntryPlanner
+
+        planner = EntryPlanner(self.tree, self.sanitized.kept_names, self._model_callee, self._hooks_involved,
+                               self._callee_keys)
+        planner.commands = self._documented_commands()
+        return planner.entries({c.line for c in calls})
+
+    def _documented_commands(self) -> list:
+        """Command lines the project's READMEs and shell scripts give for this script."""
+        from hooklint.graph.entry import documented_commands, option_strings
+
+        if "add_argument" not in self.model.method_calls:
+            return []
+        options = option_strings(self.tree)
+        if not options:
+            return []
+        texts = project_documents(self.context.path.parent, self.context.roots)
+        return documented_commands(self.context.path.name, texts, options)
+
+    def _callee_keys(self, call: ast.Call, position: int | None, keyword: str | None) -> list:
+        """Keys of the dictionary of factories the called project function indexes
+        with the argument at ``position`` (or ``keyword``)."""
+        from hooklint.graph.entry import keys_indexed_by
+        from hooklint.graph.project import parse_file
+
+        func = call.func
+        node = None
+        tree = self.tree
+        if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
+            bindings = self.model.bindings_at(func)
+            if len(bindings) == 1 and bindings[0].kind == "def":
+                node = bindings[0].node
+        if node is None and hasattr(func, "_hl_scope"):
+            qual = self.model.qualify(func)
+            if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
+                return []
+            target = self.context.index.target(qual, self.context.roots, self.context.path)
+            if target is None or target.kind != "function":
+                return []
+            tree = parse_file(target.path)
+            node = next((s for s in (tree.body if tree is not None else []) if isinstance(
+                s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == target.name), None)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree is None:
+            return []
+        params = [a.arg for a in node.args.posonlyargs + node.args.args]
+        param = keyword if keyword is not None else params[position] if position is not None and \
+            position < len(params) else None
+        return keys_indexed_by(node, param, tree) if param else []
+
+    def _model_callee(self, call: ast.Call) -> bool:
+        """A class or function of the project that can build a module."""
+        func = call.func
+        if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
+            bindings = self.model.bindings_at(func)
+            if len(bindings) == 1 and bindings[0].kind == "def":
+                return True
+            if len(bindings) == 1 and bindings[0].kind == "class":
+                info = self.model.classes.get(bindings[0].node)
+                return info is not None and self.model.is_module_class(info) is not False
+        if not hasattr(func, "_hl_scope"):
+            return False
+        qual = self.model.qualify(func)
+        if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
+            return False
+        target = self.context.index.target(qual, self.context.roots, self.context.path)
+        if target is None:
+            return False
+        definition = self.context.index.definition(target)
+        return definition is not None and (definition.kind == "function" or definition.maybe_module)
+
+    def _hooks_involved(self, binding: str, uses: list[ast.AST], construction: ast.Call) -> bool:
+        """Building the model teaches the rules something: this file registers
+        module hooks, or the model is handed to code of the project that (through
+        its parameters, across files) registers some."""
+        if self.registers_module_hooks():
+            return True
+        from hooklint.graph.crossfile import project_hooks
+
+        hooks = project_hooks(self.context)
+        info = hooks.info(str(self.context.path))
+        if info is None:
+            return False
+        own = {(n.lineno, n.col_offset): n for n in ast.walk(info.tree) if isinstance(n, ast.Call)}
+        for use in uses:
+            parent = getattr(use, "_hl_parent", None)
+            if isinstance(parent, ast.keyword):
+                parent = getattr(parent, "_hl_parent", None)
+            if not isinstance(parent, ast.Call) or parent.func is use:
+                continue
+            call = own.get((parent.lineno, parent.col_offset))
+            key = hooks.resolve(info, call) if call is not None else None
+            if key is not None and hooks.hooks_of(key):
+                return True
+        return False
+
 
 def _required_arguments(args: ast.arguments) -> int:
     positional = args.posonlyargs + args.args
@@ -411,10 +516,12 @@ _LITERAL_BUILDERS = frozenset({"dict", "list", "tuple", "set", "frozenset", "ran
 class ProjectContext:
     """What the planner of one file needs to know about the project's other files."""
 
-    def __init__(self, path: str, roots, index) -> None:
+    def __init__(self, path: str, roots, index, config_root: Path | None = None, pythonpath=()) -> None:
         self.path = Path(path)
         self.roots = roots
         self.index = index
+        self.config_root = config_root if config_root is not None else Path.cwd()
+        self.pythonpath = tuple(pythonpath)
 
 
 
@@ -422,7 +529,8 @@ def plan_for(tree: ast.Module, context: ProjectContext | None = None) -> Plan:
     sanitized = definitions_only(tree)
     planner = _Planner(tree, sanitized, context)
     classes = planner.module_classes()
-    return Plan(sanitized, classes, planner.constructor_calls(classes), planner.factories(classes))
+    calls = planner.constructor_calls(classes)
+    return Plan(sanitized, classes, calls, planner.factories(classes), planner.entries(calls))
 
 
 def project_context(path: str, config_root: Path, pythonpath=(), index=None,
@@ -432,7 +540,51 @@ def project_context(path: str, config_root: Path, pythonpath=(), index=None,
 
     relative = tree is not None and any(isinstance(n, ast.ImportFrom) and n.level for n in tree.body)
     roots = file_roots(path, config_root, pythonpath, relative)
-    return ProjectContext(path, roots, index or ProjectIndex())
+    return ProjectContext(path, roots, index or ProjectIndex(), config_root, pythonpath)
+
+
+_DOCUMENT_SUFFIXES = (".md", ".sh", ".txt", ".rst", ".bash")
+_DOCUMENT_FOLDERS = ("", "scripts", "script", "run", "runs", "experiments", "exp", "docs", "bash", "shell")
+_MAX_DOCUMENTS = 40
+_MAX_DOCUMENT_BYTES = 512 * 1024
+
+
+def project_documents(folder: Path, roots) -> list[tuple[str, str]]:
+    """(name, text) of the READMEs and shell scripts next to a script and at its
+    project root (and their usual script folders), where commands are documented."""
+    from hooklint.graph.roots import project_root
+
+    bases = [folder]
+    root = project_root(folder)
+    if root is not None and root != folder:
+        bases.append(root)
+    out: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    for base in bases:
+        for sub in _DOCUMENT_FOLDERS:
+            where = base / sub if sub else base
+            try:
+                entries = sorted(where.iterdir()) if where.is_dir() else []
+            except OSError:
+                continue
+            for entry in entries:
+                if len(out) >= _MAX_DOCUMENTS:
+                    return out
+                if entry in seen or not entry.name.endswith(_DOCUMENT_SUFFIXES) or not entry.is_file():
+                    continue
+                seen.add(entry)
+                try:
+                    if entry.stat().st_size > _MAX_DOCUMENT_BYTES:
+                        continue
+                    text = entry.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                try:
+                    name = entry.relative_to(root).as_posix() if root is not None else entry.name
+                except ValueError:
+                    name = entry.name
+                out.append((name, text))
+    return out
 
 
 # A module class or layer can only come from an import naming one of these.

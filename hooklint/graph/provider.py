@@ -380,6 +380,9 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         notices.append(Notice(str(cache.folder), cache.error, NoticeLevel.INFO))
     run.factories = factory_models or []
     _share_models(facts, run.factories)
+    from hooklint.graph.crossfile import link_across_files
+
+    link_across_files(facts, files, config.root, config.pythonpath)
     notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))

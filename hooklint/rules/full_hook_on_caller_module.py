@@ -182,6 +182,8 @@ class FullHookOnCallerModule(Rule):
                 switches_inplace_off = _sets_inplace_false(ctx.tree)
             if switches_inplace_off:
                 return
+            if _judged_by_graph(ctx, reg):
+                continue
             seen.add(id(reg.call))
             kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
             hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
@@ -194,6 +196,23 @@ class FullHookOnCallerModule(Rule):
                      "`output.register_hook(fn)`: `fn` receives that gradient whatever the model does after the "
                      "module.",
             )
+
+
+def _judged_by_graph(ctx: FileContext, reg: Registration) -> bool:
+    """Another checked file builds the caller's model and the graph links it
+    here: an in-place op after a module this registration certainly hooks is
+    HKL403's (reported there, with the op); no in-place op after any module
+    the project can hook here (every call linked) proves the risk absent."""
+    from hooklint.graph.linked import all_pairs, full_hook_breaker, hooked_pairs, links_for
+
+    links = links_for(ctx, reg.call)
+    if not links:
+        return False
+    if any(full_hook_breaker(module) is not None for _, module in hooked_pairs(links)):
+        return True
+    every = all_pairs(links)
+    return every is not None and bool(every) and all(
+        model.autograd and full_hook_breaker(module) is None for model, module in every)
 
 
 def _shown_in_file(ctx: FileContext, expr: ast.AST | None) -> bool:

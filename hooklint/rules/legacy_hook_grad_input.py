@@ -226,13 +226,27 @@ class LegacyHookGradInput(Rule):
 
         receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
         pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
+        links = []
+        if not pairs and reg.receiver_origin is None:
+            # the caller's model, built by another checked file (an explainer, a K-FAC optimizer)
+            from hooklint.graph.linked import all_pairs, hooked_pairs, links_for
+
+            links = links_for(ctx, reg.call)
+            every = all_pairs(links)
+            if every and all(m.bound is not None and m.legacy_safe for _, m in every):
+                return None  # every module the project hooks here is a single op taking its input first
+            pairs = [(model, m) for model, m in hooked_pairs(links) if m.bound is not None]
         unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
-        if pairs and not unsafe:
+        if pairs and not unsafe and not links:
             return None  # the graph shows grad_input starts with the module's input gradients
         module = reg.receiver_module
         severity = None
         if unsafe:
             message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
+            if links:
+                from hooklint.graph.linked import via_text
+
+                message += via_text(links, unsafe[0][0])
             origin = Origin.GRAPH
         else:
             verdict = forward.legacy_verdict(module)
