@@ -160,11 +160,16 @@ class ProjectHooks:
         for hook in info.summary.hooks:
             if hook.ref.callee.qualname == key[1]:
                 out.append(DerivedHook(key, hook.ref, hook.steps, hook.classes, hook.exact, hook, info.path, ()))
+        recursive = False
         for passed in info.summary.passes:
             if passed.ref.callee.qualname != key[1]:
                 continue
             target = self.resolve_pass(info, passed)
-            if target is None or target == key:
+            if target == key:
+                # `recon(model)` calling `recon(child)` for each child: any descendant can be reached
+                recursive = recursive or all(step.kind in ("children", "each", "attr", "index") for step in passed.steps)
+                continue
+            if target is None:
                 continue
             for inner in self.hooks_of(target, depth + 1):
                 if not _same_param(inner.ref, passed):
@@ -173,6 +178,10 @@ class ProjectHooks:
                 out.append(DerivedHook(
                     key, passed.ref, passed.steps + inner.steps, _intersect(passed.classes, inner.classes),
                     passed.exact and inner.exact, inner.hook, inner.hook_file, (where,) + inner.via))
+        if recursive:
+            from dataclasses import replace
+
+            out += [replace(d, steps=(Step("each"),) + d.steps, exact=False) for d in out]
         self._derived[key] = out
         return out
 

@@ -183,6 +183,7 @@ class EntryPlanner:
     def _plan(self, scope: _Scope, stmt: ast.stmt, target: str, construction: ast.Call,
               path: list[tuple[list[ast.stmt], int]]) -> EntryConstruction | None:
         rewritten, weights = _without_weights(construction)
+        weights += _weights_in_eval_strings(construction)
         final = ast.copy_location(ast.Assign(targets=[ast.Name(target, ast.Store())], value=rewritten), stmt)
         needed = _reads(rewritten) - self.kept - _BUILTINS
         units: list[ast.stmt] = []
@@ -204,6 +205,8 @@ class EntryPlanner:
                 module_slice, needed = _slice(module_units, needed)
                 prologue = module_slice + prologue
         needed -= self.kept | _BUILTINS
+        if needed and self._star_import():
+            needed -= {n for n in needed if n not in self._stored_names()}  # names a `from x import *` brings
         if needed:
             return None  # the construction reads something no statement before it sets
         program_body = prologue + sliced + [final]
@@ -222,6 +225,16 @@ class EntryPlanner:
             options=tuple(options.items()), variants=tuple(self._variants(program, options, stmt)),
             weights=tuple(weights), parser=parser_kind, data=data_hint(self.tree, self._argparse_defaults()),
             sinks=tuple(sorted({u.lineno for u in _uses_after(scope.statements, stmt, target)})))
+
+    def _star_import(self) -> bool:
+        return any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in self.tree.body)
+
+    def _stored_names(self) -> set[str]:
+        if not hasattr(self, "_stored"):
+            self._stored = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)
+                            and isinstance(n.ctx, ast.Store)} | {n.name for n in ast.walk(self.tree) if isinstance(
+                                n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        return self._stored
 
     def _parameter_defaults(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[dict[str, ast.expr], str]:
         """Values for a function's parameters: click/typer option defaults, else the
@@ -542,6 +555,16 @@ def _mutates(stmt: ast.stmt) -> set[str]:
 
 
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
+# Methods a script calls on its model that change neither its modules nor its forward.
+_STATE_METHODS = frozenset({"cuda", "to", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
+                            "load_state_dict", "zero_grad", "share_memory", "requires_grad_", "print", "summary"})
+
+
+def _device_or_state_call(stmt: ast.stmt) -> bool:
+    """``model.cuda()``, ``model.eval()``, ``model.load_state_dict(...)``: not needed
+    to build the model (and a device or a checkpoint hooklint does not have)."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+        and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr in _STATE_METHODS
 
 
 def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set[str]]:
@@ -555,7 +578,7 @@ def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set
         binds = _binds(unit) if not isinstance(unit, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
             else {unit.name}  # type: ignore[attr-defined]
         mutates = _mutates(unit)
-        if not (binds & needed or mutates & needed):
+        if not (binds & needed or mutates & needed) or _device_or_state_call(unit):
             continue
         if isinstance(unit, _COMPOUND) or type(unit).__name__ == "TryStar":
             filtered = _filter_compound(unit, needed)
@@ -633,6 +656,18 @@ def _without_weights(call: ast.Call) -> tuple[ast.Call, list[str]]:
             changed.append(f"{keyword.arg}={ast.unparse(keyword.value)} -> {off!r}")
             keyword.value = ast.copy_location(ast.Constant(off), keyword.value)
     return new, changed
+
+
+def _weights_in_eval_strings(call: ast.Call) -> list[str]:
+    """``eval("hubconf.{}(pretrained=True)".format(...))``: the evaluated text loads
+    weights; the worker turns the keyword off there."""
+    out = []
+    for node in ast.walk(call):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for keyword, off in WEIGHT_KEYWORDS.items():
+                if f"{keyword}=" in node.value and f"{keyword}={off!r}" not in node.value:
+                    out.append(f"{keyword}=... in the evaluated string -> {off!r}")
+    return out
 
 
 EVAL_HELPER = "__hooklint_eval__"
@@ -812,8 +847,12 @@ def data_hint(tree: ast.Module, options: dict[str, tuple[ast.expr | None, ast.Ca
                     value = value[0]
                 if isinstance(value, int) and not isinstance(value, bool) and 8 <= value <= 1024:
                     size = (value, value), f"`{name}({value})` at line {node.lineno}"
-            if dataset is None and name.lower() in _DATASETS:
-                dataset = _DATASETS[name.lower()], f"the dataset `{name}` (line {node.lineno})"
+            if dataset is None:
+                lowered = name.lower()
+                key = lowered if lowered in _DATASETS else next(
+                    (k for k in _DATASETS if len(k) > 4 and f"_{k}_" in f"_{lowered}_"), None)
+                if key is not None:  # `CIFAR10(...)`, `build_imagenet_data(...)`
+                    dataset = _DATASETS[key], f"`{name}` (line {node.lineno})"
     for dest in ("dataset", "data", "data_set", "dataset_name"):
         found = options.get(dest)
         value = _literal(found[0]) if found is not None and found[0] is not None else None

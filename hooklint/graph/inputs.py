@@ -45,10 +45,22 @@ def _channels(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 64 else None
 
 
-def _first_conv(model: nn.Module) -> tuple[str, nn.Module] | None:
+class _Conv:
+    """The first 2-D convolution: a torch layer, or a user layer holding a 4-D
+    weight (quantized or pruned wrappers call ``F.conv2d`` themselves)."""
+
+    def __init__(self, in_channels: int) -> None:
+        self.in_channels = in_channels
+
+
+def _first_conv(model: nn.Module) -> tuple[str, Any] | None:
     for path, module in model.named_modules():
         if isinstance(module, (nn.Conv2d, nn.ConvTranspose2d)):
             return path, module
+        weight = module._parameters.get("weight")
+        if not type(module).__module__.startswith("torch.") and isinstance(weight, torch.Tensor) \
+                and weight.dim() == 4:
+            return f"{path} (weight {list(weight.shape)})", _Conv(int(weight.shape[1]))
     return None
 
 
@@ -118,11 +130,21 @@ def hinted_candidates(model: nn.Module) -> list[tuple[tuple[int, ...], str]]:
                                               f"{first[1].in_channels}")]
 
 
+def conv_candidates(model: nn.Module) -> list[tuple[tuple[int, ...], str]]:
+    """A user layer with a 4-D weight first (no ``nn.Conv2d`` to read): images of
+    the usual sides, with its input channels."""
+    first = _first_conv(model)
+    if first is None or isinstance(first[1], nn.Module):
+        return []  # torch's own convolutions are handled with the other first layers
+    channels = first[1].in_channels
+    return [((channels, side, side), f"{first[0]}, in_channels={channels}") for side in (32, 224)]
+
+
 def image_candidates(model: nn.Module) -> list[tuple[tuple[Any, ...], str]]:
     """Example input tuples, declared sizes first, then the data code's."""
     out = []
     seen = set()
-    for shape, why in declared_candidates(model) + hinted_candidates(model):
+    for shape, why in declared_candidates(model) + hinted_candidates(model) + conv_candidates(model):
         if shape in seen:
             continue
         seen.add(shape)

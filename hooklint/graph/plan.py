@@ -430,10 +430,7 @@ class _Planner:
             if len(bindings) == 1 and bindings[0].kind == "def":
                 node = bindings[0].node
         if node is None and hasattr(func, "_hl_scope"):
-            qual = self.model.qualify(func)
-            if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
-                return []
-            target = self.context.index.target(qual, self.context.roots, self.context.path)
+            target = self._project_target(func)
             if target is None or target.kind != "function":
                 return []
             tree = parse_file(target.path)
@@ -456,16 +453,30 @@ class _Planner:
             if len(bindings) == 1 and bindings[0].kind == "class":
                 info = self.model.classes.get(bindings[0].node)
                 return info is not None and self.model.is_module_class(info) is not False
-        if not hasattr(func, "_hl_scope"):
-            return False
-        qual = self.model.qualify(func)
-        if qual is None or qual.startswith(("torch.", "builtins.", "<local>")):
-            return False
-        target = self.context.index.target(qual, self.context.roots, self.context.path)
+        target = self._project_target(func)
         if target is None:
             return False
         definition = self.context.index.definition(target)
         return definition is not None and (definition.kind == "function" or definition.maybe_module)
+
+    def _project_target(self, func: ast.AST):
+        """The project definition a callee names, through the file's imports (star
+        imports included)."""
+        if not hasattr(func, "_hl_scope"):
+            return None
+        qual = self.model.qualify(func)
+        candidates = [qual] if qual is not None else []
+        if qual is None and isinstance(func, ast.Name) and not self.model.bindings_at(func):
+            from hooklint.static.hooked_params import star_imports
+
+            candidates = [f"{module}.{func.id}" for module in star_imports(self.tree)]
+        for candidate in candidates:
+            if candidate.startswith(("torch.", "builtins.", "<local>")):
+                continue
+            target = self.context.index.target(candidate, self.context.roots, self.context.path)
+            if target is not None:
+                return target
+        return None
 
     def _hooks_involved(self, binding: str, uses: list[ast.AST], construction: ast.Call) -> bool:
         """Building the model teaches the rules something: this file registers
