@@ -387,7 +387,7 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
             continue
         add(value, call.text, call.line, call.class_name)
     # 1b. models the script builds from its command line (entry points), and their variants
-    from hooklint.graph.entry_run import run_entry
+    from hooklint.graph.entry_run import SKIPPED_WEIGHTS, run_entry
 
     for entry in session.plan.entries:
         for variant in (None, *entry.variants):
@@ -400,6 +400,8 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
                 result.failures.setdefault(key, Unanalysed(key, entry.line, error if kind == "timeout" else
                                                            f"building {label} failed: {error}", kind))
                 continue
+            if SKIPPED_WEIGHTS:
+                label += f", pretrained weights not downloaded ({os.path.basename(SKIPPED_WEIGHTS[0])})"
             add(value, label, entry.line, type(value).__name__)
     # 2. no-argument constructors
     classes = {}

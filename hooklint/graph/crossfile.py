@@ -291,7 +291,7 @@ def _models_of_name(model, facts: FileFacts, name: ast.Name, depth: int) -> _Mod
     if len(bindings) != 1:
         return None
     binding = bindings[0]
-    if binding.kind != "assign" or binding.path or not isinstance(binding.value, ast.AST):
+    if binding.kind != "assign" or not isinstance(binding.value, ast.AST):
         return None
     line = binding.lineno
     here = os.path.realpath(facts.origin) if facts.origin else None
@@ -301,6 +301,8 @@ def _models_of_name(model, facts: FileFacts, name: ast.Name, depth: int) -> _Mod
         failed = any(u.line == line and u.class_name.startswith(f"`{name.id}`") for u in facts.unanalysed)
         return _Models(built, (), not _conditional(binding.node), not failed)
     value = binding.value
+    if binding.path:
+        return None  # a part of a tuple that was not built as such
     # `net = net.to(device)`, `model = nn.DataParallel(model)`: the model built before
     inner: ast.AST | None = None
     prefix: tuple[Step, ...] = ()
@@ -361,6 +363,8 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
                     nxt.append(ordered[index])
                 else:
                     exact = False
+            elif step.kind == "pick":
+                continue  # handled below, on the whole list
             elif step.kind == "each":
                 nxt += [p for p in paths if p == base or p.startswith(prefix) or not base]
             elif step.kind == "children":
@@ -368,6 +372,12 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
             else:  # "part": some submodule, which one is not known
                 nxt += [p for p in paths if p.startswith(prefix) or not base]
                 exact = False
+        if step.kind == "pick":  # the i-th of the modules listed so far, in the model's order
+            order = {m.path: i for i, m in enumerate(model.modules)}
+            listed = sorted(current, key=lambda p: order.get(p, 0))
+            index = int(step.value)  # type: ignore[arg-type]
+            nxt = [listed[index]] if -len(listed) <= index < len(listed) else []
+            exact = exact and bool(nxt)
         current = list(dict.fromkeys(nxt))
     if classes is not None:
         by_path = {m.path: m for m in model.modules}

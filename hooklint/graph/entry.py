@@ -147,15 +147,21 @@ class EntryPlanner:
             for index, stmt, path in _assignments(scope.statements):
                 if stmt.lineno in skip_lines or len(out) >= MAX_ENTRIES:
                     continue
-                target = _single_target(stmt)
-                if target is None:
+                names = _target_names(stmt)
+                if not names:
                     continue
                 value = stmt.value  # type: ignore[union-attr]
                 construction = _construction(value)
                 if construction is None or not self._model_like(construction):
                     continue
-                uses = _uses_after(scope.statements, stmt, target)
-                if not uses or not self.hooks_involved(target, uses, construction):
+                # `(image, ..., model) = get_example_params(0)`: the name handed to hooking code
+                target = uses = None
+                for name in names:
+                    found = _uses_after(scope.statements, stmt, name)
+                    if found and self.hooks_involved(name, found, construction):
+                        target, uses = name, found
+                        break
+                if target is None:
                     continue
                 planned = self._plan(scope, stmt, target, construction, path)
                 if planned is not None:
@@ -174,6 +180,9 @@ class EntryPlanner:
             return False
         if qual is not None and qual.startswith(_ZOO_PREFIXES):
             return "from_pretrained" not in qual
+        if _is_eval(call) and call.args and isinstance(call.args[0], ast.Constant) and "(" not in str(
+                call.args[0].value):
+            return False  # `eval("net.relu")`: a part of a model, not a construction
         if _dynamic_lookup(func) or _is_eval(call):
             return True
         return bool(self.is_model_callee(call))
@@ -184,7 +193,8 @@ class EntryPlanner:
               path: list[tuple[list[ast.stmt], int]]) -> EntryConstruction | None:
         rewritten, weights = _without_weights(construction)
         weights += _weights_in_eval_strings(construction)
-        final = ast.copy_location(ast.Assign(targets=[ast.Name(target, ast.Store())], value=rewritten), stmt)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]  # type: ignore[attr-defined]
+        final = ast.copy_location(ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=rewritten), stmt)
         needed = _reads(rewritten) - self.kept - _BUILTINS
         units: list[ast.stmt] = []
         for block, index in path:
@@ -305,6 +315,13 @@ class EntryPlanner:
         qual = qualified_name(func, self.aliases) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if qual is not None and qual.startswith(_ALLOWED_EFFECTS):
             return True
+        head = func
+        while isinstance(head, ast.Attribute):
+            head = head.value
+        if isinstance(head, ast.Name) and head.id in self.aliases and isinstance(func, ast.Attribute):
+            # a function of an imported module (`re.compile`, `os.path.join`): judged by its name
+            return qual is None or not (_is_effect(qual) or qual.startswith(
+                ("torchvision.datasets", "torch.utils.data", "torch.distributed")))
         if isinstance(func, ast.Attribute):
             if func.attr in _PARSE_METHODS or func.attr in ("add_argument", "add_argument_group",
                                                             "set_defaults", "add_mutually_exclusive_group"):
@@ -464,6 +481,18 @@ def _module_level_defs(body: list[ast.stmt]) -> Iterator[ast.FunctionDef | ast.A
             yield from _module_level_defs(stmt.orelse)
 
 
+def _target_names(stmt: ast.stmt) -> list[str]:
+    """``net`` for ``net = ...``; each name of ``a, b, model = ...``."""
+    single = _single_target(stmt)
+    if single is not None:
+        return [single]
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
+        elts = stmt.targets[0].elts
+        if all(isinstance(e, ast.Name) for e in elts):
+            return [e.id for e in reversed(elts)]  # (a model is usually last)
+    return []
+
+
 def _single_target(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         return stmt.targets[0].id
@@ -560,6 +589,16 @@ _STATE_METHODS = frozenset({"cuda", "to", "cpu", "eval", "train", "half", "float
                             "load_state_dict", "zero_grad", "share_memory", "requires_grad_", "print", "summary"})
 
 
+def _moved_to_device(stmt: ast.stmt) -> bool:
+    """``net = net.to(device)``, ``model = model.cuda()``: the same module."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    value = stmt.value
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr in _STATE_METHODS and isinstance(value.func.value, ast.Name) \
+        and value.func.value.id == stmt.targets[0].id
+
+
 def _device_or_state_call(stmt: ast.stmt) -> bool:
     """``model.cuda()``, ``model.eval()``, ``model.load_state_dict(...)``: not needed
     to build the model (and a device or a checkpoint hooklint does not have)."""
@@ -578,14 +617,17 @@ def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set
         binds = _binds(unit) if not isinstance(unit, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
             else {unit.name}  # type: ignore[attr-defined]
         mutates = _mutates(unit)
-        if not (binds & needed or mutates & needed) or _device_or_state_call(unit):
+        if not (binds & needed or mutates & needed) or _device_or_state_call(unit) or _moved_to_device(unit):
             continue
         if isinstance(unit, _COMPOUND) or type(unit).__name__ == "TryStar":
             filtered = _filter_compound(unit, needed)
             if filtered is None:
                 continue
             selected.insert(0, filtered)
-            needed |= _reads(filtered) - binds  # conditionally bound: earlier values may still be needed
+            # conditionally bound names may still need an earlier value; names the block binds for
+            # itself (a loop variable, a temporary) are its own
+            needed -= _definitely_binds(unit)
+            needed |= _reads(filtered) - _binds(filtered)
             continue
         selected.insert(0, unit)
         if isinstance(unit, (ast.Assign, ast.AnnAssign)) and not mutates:
@@ -596,6 +638,25 @@ def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set
             continue  # its body reads names when called, at which point they are set (or it fails)
         needed |= _reads(unit)
     return selected, needed
+
+
+def _definitely_binds(stmt: ast.stmt) -> set[str]:
+    """Names every way through an if/try/with block binds."""
+    def block(body: list[ast.stmt]) -> set[str]:
+        out: set[str] = set()
+        for sub in body:
+            if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef,
+                                ast.AsyncFunctionDef, ast.ClassDef)):
+                out |= _binds(sub)
+            elif isinstance(sub, (ast.If, ast.Try, ast.With)):
+                out |= _definitely_binds(sub)
+        return out
+
+    if isinstance(stmt, ast.If):
+        return block(stmt.body) & block(stmt.orelse) if stmt.orelse else set()
+    if isinstance(stmt, (ast.Try, ast.With)):
+        return block(stmt.body)
+    return set()
 
 
 def _filter_compound(stmt: ast.stmt, needed: set[str]) -> ast.stmt | None:

@@ -98,14 +98,62 @@ def parser_defaults(overrides: dict[str, Any]) -> Iterator[None]:
         argparse.ArgumentParser.parse_args = original_args  # type: ignore[method-assign]
 
 
+class NoWeights(dict):
+    """What a weight download returns while an entry builds its model: nothing.
+    ``load_state_dict`` of it loads nothing (random weights: the ops are the same)."""
+
+
+@contextlib.contextmanager
+def weights_not_downloaded(skipped: list[str]) -> Iterator[None]:
+    """``models.alexnet(pretrained=True)`` inside a project helper: the download
+    (``torch.hub.load_state_dict_from_url``, wherever a library imported it) gives
+    :class:`NoWeights`, and the URL is recorded in ``skipped``."""
+    import sys
+
+    import torch.hub
+
+    original = torch.hub.load_state_dict_from_url
+
+    def no_download(url, *args, **kwargs):  # noqa: ARG001
+        skipped.append(str(url))
+        return NoWeights()
+
+    patched: list[tuple[Any, str]] = []
+    for module in list(sys.modules.values()):
+        for attr in ("load_state_dict_from_url", "load_url"):
+            try:
+                if getattr(module, attr, None) is original:
+                    setattr(module, attr, no_download)
+                    patched.append((module, attr))
+            except Exception:  # noqa: BLE001 - an odd module object: leave it
+                continue
+    original_load = nn.Module.load_state_dict
+
+    def load_state_dict(self, state_dict, *args, **kwargs):
+        if isinstance(state_dict, NoWeights):
+            from torch.nn.modules.module import _IncompatibleKeys
+
+            return _IncompatibleKeys([], [])
+        return original_load(self, state_dict, *args, **kwargs)
+
+    nn.Module.load_state_dict = load_state_dict  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.load_state_dict = original_load  # type: ignore[method-assign]
+        for module, attr in patched:
+            setattr(module, attr, original)
+
+
 def run_entry(namespace: dict[str, Any], entry: EntryConstruction, filename: str,
               variant: tuple[tuple[tuple[str, Any], ...], str] | None = None) -> nn.Module:
     """The model the entry's slice binds (the module inside a DataParallel);
     ``variant``: options set as a documented command or another choice sets them."""
     namespace[EVAL_HELPER] = lambda text: safe_eval(text, namespace)
     overrides = dict(variant[0]) if variant is not None else {}
+    skipped: list[str] = []
     try:
-        with parser_defaults(overrides):
+        with parser_defaults(overrides), weights_not_downloaded(skipped):
             exec(compile(entry.program, filename, "exec"), namespace)  # noqa: S102 - the planned slice only
         value = namespace.get(entry.binding)
     finally:
@@ -114,4 +162,9 @@ def run_entry(namespace: dict[str, Any], entry: EntryConstruction, filename: str
         value = value.module
     if not isinstance(value, nn.Module):
         raise TypeError(f"`{entry.binding}` is a {type(value).__name__}, not a module")
+    SKIPPED_WEIGHTS[:] = skipped
     return value
+
+
+# the weight downloads the last run_entry skipped (for the model's description)
+SKIPPED_WEIGHTS: list[str] = []

@@ -605,7 +605,9 @@ _TEXT_HINTS = ("torch", "lightning", "transformers")
 def wants_import(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
                  index=None) -> bool:
     """Whether the graph layer should import this file (see the module docstring)."""
-    project_hint = path is not None and ("import" in text) and ("register_" in text or "fixture" in text)
+    # a script hands a model to the project's code that hooks it (an explainer, an optimizer): entry points
+    project_hint = path is not None and ("import" in text) and (
+        "register_" in text or "fixture" in text or "__main__" in text or "parse_args" in text)
     if not any(h in text for h in _TEXT_HINTS) and not project_hint:
         return False
     try:

@@ -344,11 +344,11 @@ def _graph_note(ctx: FileContext, group: list[Registration]) -> str:
             return (f"; a full backward hook would make the forward fail on {place}: {op.name}{where} modifies it in "
                     f"place" + via_text(links, model))
     if every and all(m.bound is not None and m.legacy_safe for _, m in every):
-        classes = sorted({m.class_name for _, m in every})
-        models = sorted({model.class_name for model, _ in every})
-        return (f"; legacy-safe here: on every module it is registered on ({len(every)} "
-                f"{'/'.join(classes)} module{'s' if len(every) > 1 else ''} of {', '.join(models)}) it binds to one "
-                f"op whose grad_input starts with the module's input gradient")
+        places = sorted({(model.class_name, m.path, m.class_name) for model, m in every})
+        shown = ", ".join(f"`{path}` ({cls}) of {owner}" if path else f"{owner}" for owner, path, cls in places[:3])
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        return (f"; legacy-safe here: on every module it is registered on ({shown}{more}) it binds to one op "
+                f"whose grad_input starts with the module's input gradient")
     return ""
 
 

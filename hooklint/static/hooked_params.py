@@ -46,7 +46,7 @@ _MAX_DEPTH = 8
 
 @dataclass(frozen=True)
 class Step:
-    kind: str  # "attr", "index", "key", "each", "children", "part"
+    kind: str  # "attr", "index", "key", "each", "children", "part"; "pick": the i-th of the modules so far
     value: str | int | None = None
 
     def text(self) -> str:
@@ -54,6 +54,8 @@ class Step:
             return f".{self.value}"
         if self.kind in ("index", "key"):
             return f"[{self.value!r}]"
+        if self.kind == "pick":
+            return f" (the one at {self.value})"
         return {"each": " (each submodule)", "children": " (each child)", "part": " (some submodule)"}[self.kind]
 
 
@@ -133,6 +135,14 @@ class _Tracer:
         """``expr`` as a path from a parameter (or an attribute stored from one)."""
         if depth > _MAX_DEPTH:
             return None
+        listed = _listed_submodule(expr)
+        if listed is not None:  # `list(model.features._modules.items())[0][1]`, `list(model.children())[-1]`
+            base, step, index = listed
+            inner = self.trace(base, depth + 1)
+            if inner is None:
+                return None
+            inner.steps += [step, Step("pick", index)]
+            return inner
         if isinstance(expr, ast.Subscript):
             inner = self.trace(expr.value, depth + 1)
             if inner is None:
@@ -336,6 +346,44 @@ class _Tracer:
             if owner is None:
                 return None
         return Callee(".".join(names), False, func.lineno)
+
+
+def _int_of(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+            and isinstance(node.operand.value, int):
+        return -node.operand.value
+    return None
+
+
+def _listed_submodule(expr: ast.AST) -> tuple[ast.AST, Step, int] | None:
+    """``list(m._modules.items())[i][1]``, ``list(m._modules.values())[i]``,
+    ``list(m.children())[i]``, ``list(m.modules())[i]``: (m, the iteration, i)."""
+    pair = False
+    if isinstance(expr, ast.Subscript) and _int_of(expr.slice) == 1 and isinstance(expr.value, ast.Subscript):
+        inner_call = expr.value.value
+        if isinstance(inner_call, ast.Call) and isinstance(inner_call.func, ast.Name) \
+                and inner_call.func.id == "list" and len(inner_call.args) == 1:
+            pair, expr = True, expr.value
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Call)):
+        return None
+    index = _int_of(expr.slice)
+    call = expr.value
+    if index is None or not (isinstance(call.func, ast.Name) and call.func.id == "list" and len(call.args) == 1):
+        return None
+    source = call.args[0]
+    if not (isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) and not source.args):
+        return None
+    method, base = source.func.attr, source.func.value
+    if isinstance(base, ast.Attribute) and base.attr == "_modules" and (
+            (method == "items" and pair) or (method == "values" and not pair)):
+        return base.value, Step("children"), index
+    if method == "children" and not pair or method == "named_children" and pair:
+        return base, Step("children"), index
+    if method == "modules" and not pair or method == "named_modules" and pair:
+        return base, Step("each"), index
+    return None
 
 
 def _is_method(func: ast.AST) -> bool:
