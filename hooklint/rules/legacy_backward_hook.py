@@ -333,7 +333,7 @@ def _graph_note(ctx: FileContext, group: list[Registration]) -> str:
     if reg.is_global or reg.receiver is None or len(group) > 1:
         return ""
     pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
-    links = [] if pairs or reg.receiver_origin is not None else links_for(ctx, reg.call)
+    links = [] if reg.receiver_origin is not None else links_for(ctx, reg.call)
     every = pairs or all_pairs(links) or []
     hooked = pairs or hooked_pairs(links)
     for model, module in hooked:

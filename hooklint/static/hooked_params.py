@@ -472,7 +472,8 @@ class _Filters:
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.In, ast.Eq))):
             return None
         subject, other = test.left, test.comparators[0]
-        if not any(self._identity._class_name_of(subject, name, None) for name in names):
+        if not any(self._identity._class_name_of(subject, name, None) or self._class_name_call(subject, name)
+                   for name in names):
             return None
         value = self._literal_of(other)
         if value is None:
@@ -484,6 +485,30 @@ class _Filters:
                 return None
             out.append(item.value)
         return tuple(out)
+
+    def _class_name_call(self, expr: ast.AST, name: str) -> bool:
+        """``_layer_type(layer)`` with ``def _layer_type(m): return m.__class__.__name__``."""
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and len(expr.args) == 1
+                and isinstance(expr.args[0], ast.Name) and expr.args[0].id == name and hasattr(expr.func, "_hl_scope")):
+            return False
+        bindings = self.model.bindings_at(expr.func)
+        if len(bindings) != 1 or bindings[0].kind != "def":
+            return False
+        func = bindings[0].node
+        params = positional_params(func)
+        body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(params) != 1 or len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+            return False
+        value = body[0].value
+        inner = value.value if isinstance(value, ast.Attribute) and value.attr in ("__name__", "__qualname__") else None
+        if isinstance(inner, ast.Attribute) and inner.attr == "__class__":
+            inner = inner.value
+        elif isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "type" \
+                and len(inner.args) == 1:
+            inner = inner.args[0]
+        else:
+            return False
+        return isinstance(inner, ast.Name) and inner.id == params[0]
 
     def _literal_of(self, expr: ast.AST, depth: int = 0) -> ast.AST | None:
         if isinstance(expr, (ast.Constant, ast.Tuple, ast.List, ast.Set)):
