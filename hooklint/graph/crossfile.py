@@ -325,7 +325,10 @@ def _conditional(node: ast.AST) -> bool:
     """The binding is in an ``if`` (another binding may reach the use)."""
     parent = getattr(node, "_hl_parent", None)
     while parent is not None and not isinstance(parent, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
-        if isinstance(parent, (ast.If, ast.For, ast.While, ast.Try)):
+        if isinstance(parent, ast.If) and any(isinstance(n, ast.Name) and n.id == "__name__"
+                                              for n in ast.walk(parent.test)):
+            pass  # the `__main__` block: what running the script does
+        elif isinstance(parent, (ast.If, ast.For, ast.While, ast.Try)):
             return True
         parent = getattr(parent, "_hl_parent", None)
     return False

@@ -190,12 +190,12 @@ class FullHookInplace(Rule):
 
             pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
             links = []
-            if not pairs and reg.receiver_origin is None:
+            if reg.receiver_origin is None:
                 # the caller's model, built by another checked file (a pruner, an explainer)
                 from hooklint.graph.linked import hooked_pairs, links_for
 
                 links = links_for(ctx, reg.call)
-                pairs = hooked_pairs(links)
+                pairs = pairs or hooked_pairs(links)
             if pairs:
                 finding = self._from_graph(ctx, reg, pairs, links)
             else:
