@@ -493,9 +493,12 @@ class _Planner:
         own = {(n.lineno, n.col_offset): n for n in ast.walk(info.tree) if isinstance(n, ast.Call)}
         for use in uses:
             parent = getattr(use, "_hl_parent", None)
+            child = use
+            while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is child:
+                child, parent = parent, getattr(parent, "_hl_parent", None)  # `watch(model.fc1)`
             if isinstance(parent, ast.keyword):
                 parent = getattr(parent, "_hl_parent", None)
-            if not isinstance(parent, ast.Call) or parent.func is use:
+            if not isinstance(parent, ast.Call) or parent.func is child:
                 continue
             call = own.get((parent.lineno, parent.col_offset))
             key = hooks.resolve(info, call) if call is not None else None

@@ -224,10 +224,6 @@ class FullHookInplace(Rule):
                     pairs: list[tuple[ModelFacts, ModuleFacts]], links: list | None = None) -> Finding | None:
         for model, module in pairs:
             target = _target(reg, model, module)
-            if links:
-                from hooklint.graph.linked import via_text
-
-                target += via_text(links, model)
             if module.output_inplace is not None and module.output_needs_grad is not False:
                 op = module.output_inplace
                 what = f"its output is modified in place after it by {op.name}{_where(op, ctx)}"
@@ -239,7 +235,12 @@ class FullHookInplace(Rule):
             related = []
             if op.line is not None and op.file is not None and op.file == os.path.realpath(ctx.path):
                 related.append(Related("modified in place here", ctx.display_path, Location(op.line, 1)))
-            return self._at(ctx, reg, self._message(reg, target, what), related, Origin.GRAPH)
+            message = self._message(reg, target, what)
+            if links:
+                from hooklint.graph.linked import via_text
+
+                message += via_text(links, model)
+            return self._at(ctx, reg, message, related, Origin.GRAPH)
         return None
 
     # -- from the source alone ----------------------------------------------------
