@@ -344,6 +344,7 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
     by ``classes`` (compared with each module's class and its bases); and
     whether that set is exact (no step it could not follow)."""
     paths = {m.path for m in model.modules}
+    children = _children_index(model)
     current = [""]
     exact = True
     for step in steps:
@@ -359,10 +360,10 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
                 else:
                     exact = False
             elif step.kind == "index":
-                children = _children(paths, base)
+                kids = children.get(base, [])
                 index = int(step.value)  # type: ignore[arg-type]
-                if -len(children) <= index < len(children) and all(c.rsplit(".", 1)[-1].isdigit() for c in children):
-                    ordered = sorted(children, key=lambda c: int(c.rsplit(".", 1)[-1]))
+                if -len(kids) <= index < len(kids) and all(c.rsplit(".", 1)[-1].isdigit() for c in kids):
+                    ordered = sorted(kids, key=lambda c: int(c.rsplit(".", 1)[-1]))
                     nxt.append(ordered[index])
                 else:
                     exact = False
@@ -371,7 +372,7 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
             elif step.kind == "each":
                 nxt += [p for p in paths if p == base or p.startswith(prefix) or not base]
             elif step.kind == "children":
-                nxt += _children(paths, base)
+                nxt += children.get(base, [])
             else:  # "part": some submodule, which one is not known
                 nxt += [p for p in paths if p.startswith(prefix) or not base]
                 exact = False
@@ -388,9 +389,23 @@ def module_paths(model: ModelFacts, steps: Iterable[Step], classes: tuple[str, .
     return current, exact
 
 
-def _children(paths: set[str], base: str) -> list[str]:
-    prefix = base + "." if base else ""
-    return [p for p in paths if p.startswith(prefix) and p != base and "." not in p[len(prefix):]]
+_CHILDREN: dict[int, tuple[ModelFacts, dict[str, list[str]]]] = {}
+
+
+def _children_index(model: ModelFacts) -> dict[str, list[str]]:
+    """Each module path's direct children, in the model's order (computed once per model)."""
+    found = _CHILDREN.get(id(model))
+    if found is not None and found[0] is model:
+        return found[1]
+    index: dict[str, list[str]] = {}
+    for module in model.modules:
+        if module.path:
+            parent = module.path.rpartition(".")[0]
+            index.setdefault(parent, []).append(module.path)
+    if len(_CHILDREN) > 256:
+        _CHILDREN.clear()
+    _CHILDREN[id(model)] = (model, index)
+    return index
 
 
 def _class_matches(module, classes: tuple[str, ...]) -> bool:
@@ -412,6 +427,20 @@ class Linker:
     facts: dict[str, FileFacts]
     checked: list[str]
     sites: dict[Key, list[_Site]] = field(default_factory=dict)
+    _complete: dict[Key, bool] = field(default_factory=dict)
+    _site_cache: dict[Key, list[_Site]] = field(default_factory=dict)
+    _calls: dict[str, dict[str, list[ast.Call]]] = field(default_factory=dict)
+
+    def calls_named(self, info: _FileInfo, name: str) -> list[ast.Call]:
+        """The calls of a file whose callee's last name is ``name`` (one walk per file)."""
+        index = self._calls.get(info.path)
+        if index is None:
+            index = {}
+            for node in ast.walk(info.tree):
+                if isinstance(node, ast.Call):
+                    index.setdefault(_callee_name(node.func), []).append(node)
+            self._calls[info.path] = index
+        return index.get(name, [])
 
     def run(self) -> None:
         entry_files = [(p, f) for p, f in list(self.facts.items()) if _built_from_calls(f)]
@@ -479,15 +508,23 @@ class Linker:
         """Every call of ``key`` in the checked files hands it a model the graph
         layer built, directly or through a callable whose own calls all do (a
         chain such as layer_reconstruction -> save_grad_data -> GetLayerGrad)."""
+        if key in self._complete:
+            return self._complete[key]
         if key in seen or len(seen) > _CLOSURE_DEPTH:
             return False
         sites = self._all_sites(key)
-        if not sites:
-            return False
-        return all(site.linked or self._passed_on(site, key, seen | {key}) for site in sites)
+        answer = bool(sites) and all(site.linked or self._passed_on(site, key, seen | {key}) for site in sites)
+        if not seen:
+            self._complete[key] = answer  # (an answer under a cycle guard is not the whole answer)
+        return answer
 
     def _all_sites(self, key: Key) -> list[_Site]:
         """Calls of ``key`` in the checked files, linked or not."""
+        if key not in self._site_cache:
+            self._site_cache[key] = self._find_sites(key)
+        return self._site_cache[key]
+
+    def _find_sites(self, key: Key) -> list[_Site]:
         out = list(self.sites.get(key, []))
         known = {(s.file, s.call.lineno, s.call.col_offset) for s in out}
         name = key[1].rsplit(".", 1)[-1]
@@ -506,9 +543,8 @@ class Linker:
             info = self.hooks.info(path)
             if info is None:
                 continue
-            for node in ast.walk(info.tree):
-                if isinstance(node, ast.Call) and _callee_name(node.func) == name \
-                        and (info.path, node.lineno, node.col_offset) not in known \
+            for node in self.calls_named(info, name):
+                if (info.path, node.lineno, node.col_offset) not in known \
                         and (path, node.lineno, node.col_offset) not in known:
                     if self.hooks.resolve(info, node) == key:
                         known.add((info.path, node.lineno, node.col_offset))

@@ -194,12 +194,13 @@ class EntryPlanner:
         rewritten, weights = _without_weights(construction)
         weights += _weights_in_eval_strings(construction)
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]  # type: ignore[attr-defined]
-        final = ast.copy_location(ast.Assign(targets=[copy.deepcopy(t) for t in targets], value=rewritten), stmt)
+        final = ast.copy_location(ast.Assign(targets=[_copy_ast(t) for t in targets], value=rewritten), stmt)
         needed = _reads(rewritten) - self.kept - _BUILTINS
         units: list[ast.stmt] = []
         for block, index in path:
             units += block[:index]
         sliced, needed = _slice(units, needed)
+        needed -= self.kept | _BUILTINS  # imports and definitions the worker already ran
         prologue: list[ast.stmt] = []
         parser_kind = ""
         if scope.function is not None:
@@ -222,9 +223,10 @@ class EntryPlanner:
         program_body = prologue + sliced + [final]
         if not all(self._safe(s) for s in program_body[:-1]) or not self._safe_construction(rewritten):
             return None
-        program = ast.fix_missing_locations(ast.Module(body=[copy.deepcopy(s) for s in program_body],
+        # the statements as they are (the planner's tree is not changed); a statement calling
+        # `eval` is copied before it is rewritten
+        program = ast.fix_missing_locations(ast.Module(body=[_eval_rewritten(s) for s in program_body],
                                                        type_ignores=[]))
-        _rewrite_eval(program)
         options = self._options_read(program)
         if options and not parser_kind:
             parser_kind = "argparse"
@@ -583,6 +585,20 @@ def _mutates(stmt: ast.stmt) -> set[str]:
     return out
 
 
+def _copy_ast(node: Any) -> Any:
+    """A copy of an AST's fields and positions only (``copy.deepcopy`` would follow
+    the semantic model's parent links and copy the whole file)."""
+    if isinstance(node, list):
+        return [_copy_ast(item) for item in node]
+    if not isinstance(node, ast.AST):
+        return node
+    new = type(node)(**{name: _copy_ast(getattr(node, name)) for name in node._fields if hasattr(node, name)})
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        if hasattr(node, attr):
+            setattr(new, attr, getattr(node, attr))
+    return new
+
+
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While)
 # Methods a script calls on its model that change neither its modules nor its forward.
 _STATE_METHODS = frozenset({"cuda", "to", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
@@ -707,7 +723,7 @@ def _reads_file(expr: ast.AST) -> bool:
 
 def _without_weights(call: ast.Call) -> tuple[ast.Call, list[str]]:
     """The construction with weight-loading keywords turned off."""
-    new = copy.deepcopy(call)
+    new = _copy_ast(call)
     changed: list[str] = []
     for keyword in new.keywords:
         if keyword.arg in WEIGHT_KEYWORDS:
@@ -734,12 +750,18 @@ def _weights_in_eval_strings(call: ast.Call) -> list[str]:
 EVAL_HELPER = "__hooklint_eval__"
 
 
-def _rewrite_eval(program: ast.Module) -> None:
-    """``eval(x)`` -> ``__hooklint_eval__(x)``: the worker evaluates only a dotted
-    name or a call of one with literal arguments, weights turned off."""
-    for node in ast.walk(program):
+def _eval_rewritten(stmt: ast.stmt) -> ast.stmt:
+    """``eval(x)`` -> ``__hooklint_eval__(x)`` in a copy: the worker evaluates only a
+    dotted name or a call of one with literal arguments, weights turned off."""
+    calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == "eval"]
+    if not calls:
+        return stmt
+    stmt = _copy_ast(stmt)
+    for node in ast.walk(stmt):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "eval":
             node.func.id = EVAL_HELPER
+    return stmt
 
 
 def _is_option(expr: ast.AST, dest: str) -> bool:

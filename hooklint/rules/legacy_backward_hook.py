@@ -336,20 +336,23 @@ def _graph_note(ctx: FileContext, group: list[Registration]) -> str:
     links = [] if reg.receiver_origin is not None else links_for(ctx, reg.call)
     every = pairs or all_pairs(links) or []
     hooked = pairs or hooked_pairs(links)
-    for model, module in hooked:
-        op = module.output_inplace or module.input_inplace
-        if op is not None:
-            where = f" ({op.where()})" if op.where() else ""
-            place = f"`{module.path}` ({module.class_name}, in {model.class_name})" if module.path else model.class_name
-            return (f"; a full backward hook would make the forward fail on {place}: {op.name}{where} modifies it in "
-                    f"place" + via_text(links, model))
+    note = ""
     if every and all(m.bound is not None and m.legacy_safe for _, m in every):
         places = sorted({(model.class_name, m.path, m.class_name) for model, m in every})
         shown = ", ".join(f"`{path}` ({cls}) of {owner}" if path else f"{owner}" for owner, path, cls in places[:3])
         more = f" and {len(places) - 3} more" if len(places) > 3 else ""
-        return (f"; legacy-safe here: on every module it is registered on ({shown}{more}) it binds to one op "
+        note = (f"; legacy-safe here: on every module it is registered on ({shown}{more}) it binds to one op "
                 f"whose grad_input starts with the module's input gradient")
-    return ""
+    for model, module in hooked:
+        op = module.output_inplace or module.input_inplace
+        if op is None:
+            continue
+        where = f" ({op.where()})" if op.where() else ""
+        place = f"`{module.path}` ({module.class_name}, in {model.class_name})" if module.path else model.class_name
+        what = (f"{op.name}{where} modifies its output in place" if module.output_inplace is not None else
+                f"it modifies its input in place ({op.name}{where})")
+        return note + f"; a full backward hook would make the forward fail on {place}: {what}" + via_text(links, model)
+    return note
 
 
 def _inplace_in_source(ctx: FileContext, reg: Registration) -> bool:
