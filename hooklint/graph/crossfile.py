@@ -261,7 +261,9 @@ def models_of(info_model, facts: FileFacts, expr: ast.AST, depth: int = 0) -> tu
     steps: list[Step] = []
     cur = expr
     while True:
-        if isinstance(cur, ast.Attribute):
+        if isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute) and cur.func.attr in _RETURNS_SELF:
+            cur = cur.func.value  # `model.cuda()` is the model
+        elif isinstance(cur, ast.Attribute):
             steps.insert(0, Step("attr", cur.attr))
             cur = cur.value
         elif isinstance(cur, ast.Subscript):

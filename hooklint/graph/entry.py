@@ -58,7 +58,8 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "doubl
 _WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel"})
 # Library calls that build a model without weights (the zoo).
 _ZOO_PREFIXES = ("torchvision.models.", "timm.create_model", "timm.models.", "transformers.AutoModel",
-                 "transformers.models.", "segmentation_models_pytorch.", "pretrainedmodels.")
+                 "transformers.models.", "segmentation_models_pytorch.", "pretrainedmodels.",
+                 "pytorchcv.model_provider.get_model")
 # Allowed reads of configuration files, and the parser API.
 _ALLOWED_EFFECTS = ("json.load", "json.loads", "yaml.load", "yaml.safe_load", "yaml.full_load", "yaml.unsafe_load",
                     "toml.load", "tomllib.load", "argparse.ArgumentParser")
@@ -830,7 +831,8 @@ def documented_commands(script: str, texts: list[tuple[str, str]], options: dict
                     i += 1
                 i += 1
                 dest = options.get(token)
-                if dest is not None and not (isinstance(value, str) and ("<" in value or "/path/to" in value.lower())):
+                if dest is not None and not (isinstance(value, str) and (
+                        "<" in value or "$" in value or "/path/to" in value.lower())):
                     found.append((dest, value))
             if found:
                 out.append((tuple(found), f"{name}:{number}"))

@@ -24,7 +24,7 @@ from torch import nn
 
 INPUT_HINT = "_hooklint_input_hint"  # attribute the build step sets on a model: ((C, H, W) or (H, W), why)
 
-_SIZE_ATTRIBUTES = ("img_size", "image_size", "input_size", "resolution", "input_resolution")
+_SIZE_ATTRIBUTES = ("img_size", "image_size", "input_size", "in_size", "resolution", "input_resolution")
 _CHANNEL_ATTRIBUTES = ("in_chans", "in_channels", "num_channels", "input_channels", "n_channels", "in_ch")
 
 

@@ -494,16 +494,28 @@ class _Planner:
         for use in uses:
             parent = getattr(use, "_hl_parent", None)
             child = use
-            while isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is child:
-                child, parent = parent, getattr(parent, "_hl_parent", None)  # `watch(model.fc1)`
+            while True:
+                if isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is child:
+                    child, parent = parent, getattr(parent, "_hl_parent", None)  # `watch(model.fc1)`
+                elif isinstance(parent, ast.Call) and parent.func is child and isinstance(child, ast.Attribute) \
+                        and child.attr in _SAME_MODULE_METHODS:
+                    child, parent = parent, getattr(parent, "_hl_parent", None)  # `distill(model.cuda())`
+                else:
+                    break
             if isinstance(parent, ast.keyword):
                 parent = getattr(parent, "_hl_parent", None)
             if not isinstance(parent, ast.Call) or parent.func is child:
                 continue
             call = own.get((parent.lineno, parent.col_offset))
             key = hooks.resolve(info, call) if call is not None else None
-            if key is not None and hooks.hooks_of(key):
-                return True
+            if key is None:
+                continue
+            position = next((i for i, a in enumerate(parent.args) if a is child), None)
+            keyword = next((k.arg for k in parent.keywords if k.value is child), None)
+            for hook in hooks.hooks_of(key):  # handed to a parameter that ends up hooked
+                if (keyword is not None and keyword == hook.ref.param) or (
+                        position is not None and position == hook.ref.position):
+                    return True
         return False
 
 
@@ -525,6 +537,10 @@ def _decorator_name(decorator: ast.expr) -> str:
 # Calls that build plain values, accepted inside constructor arguments (``Net(**dict(width=8))``).
 _LITERAL_BUILDERS = frozenset({"dict", "list", "tuple", "set", "frozenset", "range", "int", "float", "str",
                                "bool", "len", "min", "max", "abs", "round", "sum", "sorted"})
+
+
+# Module methods that return the module itself.
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16"})
 
 
 class ProjectContext:

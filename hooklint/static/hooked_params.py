@@ -40,6 +40,7 @@ from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmetho
 from hooklint.static.values import Inference
 
 _EACH = {"modules": (), "named_modules": (1,)}
+_SAME_MODULE = frozenset({"cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16"})
 _CHILDREN = {"children": (), "named_children": (1,)}
 _MAX_DEPTH = 8
 
@@ -184,6 +185,9 @@ class _Tracer:
                 inner.steps.append(Step("part"))
                 inner.exact = False
             return inner
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_MODULE \
+                and not expr.args:
+            return self.trace(expr.func.value, depth + 1)  # `model.cuda()`, `model.eval()`: the same module
         if isinstance(expr, ast.Attribute):
             if isinstance(expr.value, ast.Name) and self._is_self(expr.value):
                 return _Traced(expr, [], set()) if self._stored_param(expr) is not None else None
