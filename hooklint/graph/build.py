@@ -390,6 +390,14 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
     from hooklint.graph.entry_run import SKIPPED_WEIGHTS, run_entry
 
     for entry in session.plan.entries:
+        if entry.open_options or entry.variants_capped:
+            # the models built are not every configuration the script has: rules must not
+            # conclude anything about "all the modules the project hooks" from them
+            key = f"`{entry.binding}` (line {entry.line}): other configurations"
+            why = (f"only the default of {', '.join('--' + o for o in entry.open_options)} is built (its other "
+                   f"values select the architecture and hooklint cannot list them)" if entry.open_options else
+                   f"only {len(entry.variants) + 1} of its configurations are built")
+            result.failures[key] = Unanalysed(key, entry.line, why, "partial")
         for variant in (None, *entry.variants):
             label = entry.describe(variant)
             value, error, kind = steps.run(f"building {label}",

@@ -87,6 +87,10 @@ class EntryConstruction:
     parser: str  # "argparse", "click", "typer", "defaults" (function defaults), or ""
     data: tuple[tuple[int, ...], str] | None = None  # example input size from the data code, and why
     sinks: tuple[int, ...] = ()  # lines of the calls the model is passed to (for linking)
+    # options that select the architecture whose other values hooklint cannot list (a free
+    # string given to a registry or a factory it does not read): only their default is built
+    open_options: tuple[str, ...] = ()
+    variants_capped: bool = False  # more configurations were found than MAX_VARIANTS
 
     def describe(self, variant: tuple[tuple[tuple[str, Any], ...], str] | None = None) -> str:
         where = "" if self.scope == "<module>" else f" in {self.scope}()"
@@ -232,10 +236,12 @@ class EntryPlanner:
         if options and not parser_kind:
             parser_kind = "argparse"
         text = ast.unparse(construction)
+        variants, open_options = self._variants(program, options, stmt)
         return EntryConstruction(
             binding=target, line=stmt.lineno, scope=scope.name, program=program,
             text=text if len(text) <= 100 else text[:97] + "...",
-            options=tuple(options.items()), variants=tuple(self._variants(program, options, stmt)),
+            options=tuple(options.items()), variants=tuple(variants[:MAX_VARIANTS]),
+            open_options=tuple(sorted(open_options)), variants_capped=len(variants) > MAX_VARIANTS,
             weights=tuple(weights), parser=parser_kind, data=data_hint(self.tree, self._argparse_defaults()),
             sinks=tuple(sorted({u.lineno for u in _uses_after(scope.statements, stmt, target)})))
 
@@ -370,7 +376,7 @@ class EntryPlanner:
         return out
 
     def _variants(self, program: ast.Module, options: dict[str, Any], stmt: ast.stmt
-                  ) -> list[tuple[tuple[tuple[str, Any], ...], str]]:
+                  ) -> tuple[list[tuple[tuple[tuple[str, Any], ...], str]], set[str]]:
         """Other configurations to build: the project's documented command lines
         for this script first (what it really runs), then the other values of
         the options that select the architecture (``choices=``, keys of a
@@ -379,6 +385,7 @@ class EntryPlanner:
         out: list[tuple[tuple[tuple[str, Any], ...], str]] = []
         seen: set[tuple[tuple[str, Any], ...]] = set()
         selecting: dict[str, list[Any]] = {}
+        open_options: set[str] = set()
         for dest, default in options.items():
             call = known[dest][1]
             keywords = {k.arg: k.value for k in call.keywords if k.arg}
@@ -394,6 +401,8 @@ class EntryPlanner:
                 values = self._callee_values(program, dest)
             if values:
                 selecting[dest] = [v for v in values if v != default]
+            elif _selects_code(program, dest) and isinstance(default, str):
+                open_options.add(dest)
         for command, origin in self.commands:
             relevant = tuple((k, v) for k, v in command if k in options)
             if relevant and relevant not in seen and any(options.get(k) != v for k, v in relevant):
@@ -405,7 +414,7 @@ class EntryPlanner:
                     continue  # a documented command builds it (with the options it needs)
                 out.append((((dest, value),), "choices" if _has_choices(known[dest][1]) else
                             "a key of the dictionary of factories it indexes"))
-        return out[:MAX_VARIANTS]
+        return out, open_options
 
     def _callee_values(self, program: ast.Module, dest: str) -> list[Any]:
         for node in ast.walk(program):
@@ -587,14 +596,15 @@ def _mutates(stmt: ast.stmt) -> set[str]:
 
 
 def _copy_ast(node: Any) -> Any:
-    """A copy of an AST's fields and positions only (``copy.deepcopy`` would follow
-    the semantic model's parent links and copy the whole file)."""
+    """A copy of an AST's fields (``copy.deepcopy`` would follow the semantic
+    model's parent links and copy the whole file)."""
     if isinstance(node, list):
         return [_copy_ast(item) for item in node]
     if not isinstance(node, ast.AST):
         return node
     new = type(node)(**{name: _copy_ast(getattr(node, name)) for name in node._fields if hasattr(node, name)})
-    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+    # positions, and the semantic model's scope and parent by reference (lookups of names still work)
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset", "_hl_scope", "_hl_parent"):
         if hasattr(node, attr):
             setattr(new, attr, getattr(node, attr))
     return new

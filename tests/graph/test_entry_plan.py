@@ -213,3 +213,18 @@ def test_module_paths_negative_index_pick_and_class_filters():
     paths, exact = module_paths(model, [Step("each")], ("Conv2d",))
     assert sorted(paths) == ["features.0", "features.10"] and exact  # a subclass passes `isinstance`
     assert module_paths(model, [Step("attr", "missing")], None) == ([], False)
+
+
+def test_an_option_selecting_code_with_unknown_values_leaves_the_entry_open():
+    (entry,) = plan("""
+        import argparse
+        from nets import build
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--arch", default="resnet18")
+        args = parser.parse_args()
+        net = build(args.arch)
+        run(net)
+    """)
+    # `build` is not read here: its other architectures cannot be listed, so the
+    # models built are not all the configurations (no "every module" claim from them)
+    assert entry.variants == () and entry.open_options == ("arch",)
