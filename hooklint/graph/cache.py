@@ -55,6 +55,11 @@ class GraphCache:
         return self.folder / "graph" / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
+        found = self.get_entry(key)
+        return found[0] if found is not None else None
+
+    def get_entry(self, key: str) -> tuple[Any, dict[str, str], bool] | None:
+        """(value, deps, whether it depends on the installed packages) of a valid entry."""
         try:
             with open(self._entry_path(key), encoding="utf-8") as handle:
                 entry = json.load(handle)
@@ -68,7 +73,7 @@ class GraphCache:
                 self._environment = environment_stamp()
             if entry["environment"] != self._environment:
                 return None
-        return entry.get("value")
+        return entry.get("value"), deps, "environment" in entry
 
     def _digest(self, path: str) -> str | None:
         """A file's digest, once per run (many entries share the same modules)."""

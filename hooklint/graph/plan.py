@@ -624,15 +624,46 @@ _TEXT_HINTS = ("torch", "lightning", "transformers")
 def wants_import(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
                  index=None) -> bool:
     """Whether the graph layer should import this file (see the module docstring)."""
+    return planned(text, path, config_root, pythonpath, index) is not None
+
+
+def planned(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
+            index=None) -> Plan | None:
+    """The file's plan when the graph layer should import it, else None."""
     # a script hands a model to the project's code that hooks it (an explainer, an optimizer): entry points
     project_hint = path is not None and ("import" in text) and (
         "register_" in text or "fixture" in text or "__main__" in text or "parse_args" in text)
     if not any(h in text for h in _TEXT_HINTS) and not project_hint:
-        return False
+        return None
     try:
         tree = ast.parse(text)
         context = project_context(path, config_root or Path.cwd(), pythonpath, index, tree) \
             if path is not None else None
-        return plan_for(tree, context).has_work
+        plan = plan_for(tree, context)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
+        return None
+    if not plan.has_work:
+        return None
+    from hooklint.graph.entry import data_hint
+
+    plan.data_hint = data_hint(tree)
+    return plan
+
+
+def plan_digest(plan: Plan) -> str:
+    """What the worker runs for a file, with its line numbers: its kept definitions,
+    the constructions and entry slices, the data code's input size.  An edit that
+    changes none of them (a comment, the body of a training loop that stays below
+    the model's construction) gives the same digest, and the facts cached for it
+    still hold."""
+    import hashlib
+
+    parts = [ast.dump(plan.sanitized.tree, include_attributes=True), repr(plan.data_hint)]
+    parts += [f"{c.text}@{c.line}:{c.kind}" for c in plan.calls]
+    parts += [repr((f.name, f.line, f.returns, f.fixture)) for f in plan.factories]
+    parts += [repr((c.name, c.line)) for c in plan.classes]
+    for entry in plan.entries:
+        parts.append(ast.dump(entry.program, include_attributes=True))
+        parts.append(repr((entry.binding, entry.line, entry.scope, entry.text, entry.options, entry.variants,
+                           entry.weights, entry.open_options, entry.variants_capped)))
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()

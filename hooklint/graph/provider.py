@@ -20,7 +20,7 @@ from hooklint.config import Config
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.graph.cache import GraphCache, file_key
 from hooklint.graph.facts import FileFacts, ModelFacts
-from hooklint.graph.plan import wants_import
+from hooklint.graph.plan import plan_digest, planned
 from hooklint.static.source import SourceError, read_source
 
 INSTALL_HINT = "pip install 'hooklint[torch]'"
@@ -317,6 +317,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     candidates: list[str] = []
     facts: dict[str, FileFacts] = {}
     todo: list[str] = []
+    planned_keys: dict[str, str | None] = {}
     index = ProjectIndex()
     for path in files:
         # the cache first: an unchanged file (and unchanged modules it imported) needs no parse
@@ -338,8 +339,23 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         except SourceError:
             continue  # the static pass reports unreadable files
         lookups = index.lookups
-        if wants_import(text, path, config.root, config.pythonpath, index):
+        plan = planned(text, path, config.root, config.pythonpath, index)
+        if plan is not None:
             candidates.append(path)
+            # the same definitions and constructions, on the same lines, as a cached analysis
+            # (a comment or the training loop edited): its facts still hold
+            pkey = cache.key({"file": os.path.realpath(path), "plan": plan_digest(plan)}) if cache else None
+            planned_keys[path] = pkey
+            entry = cache.get_entry(pkey) if cache and pkey else None
+            if entry is not None and isinstance(entry[0], dict) and not entry[0].get("not_candidate"):
+                found = FileFacts.from_dict(entry[0])
+                found.path = _display(path)
+                found.cached = True
+                facts[path] = found
+                run.cached.append(path)
+                if key is not None and cache is not None:
+                    cache.put(key, entry[0], entry[1], environment=entry[2])  # this content, next time
+                continue
             todo.append(path)
         else:
             run.not_candidates.append(path)
@@ -365,7 +381,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         pool = WorkerPool(config.memory_limit, config.root, run)
         try:
             for path in todo:
-                facts[path] = _analyse_file(pool, path, config, timeout, cache, run)
+                facts[path] = _analyse_file(pool, path, config, timeout, cache, run, planned_keys.get(path))
             if config.models and factory_models is None:
                 factory_models = _analyse_factories(pool, config, timeout, cache, factory_key, notices)
         finally:
@@ -422,7 +438,7 @@ _CACHED_FAILURES = frozenset({"import", "timeout", "crash", "memory"})
 
 
 def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, cache: GraphCache | None,
-                  run: GraphRun) -> FileFacts:
+                  run: GraphRun, plan_key: str | None = None) -> FileFacts:
     display = _display(path)
     worker = pool.get()
     if worker is None:
@@ -441,9 +457,10 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
         deps = reply.result.get("deps") or reply.deps
     if cache is not None and (found.error is None or found.error_kind in _CACHED_FAILURES):
         key = file_key(cache, path)
-        if key is not None:
-            # an import failure may be a package that is not installed yet: installing one retries
-            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import")
+        for each in (key, plan_key):
+            if each is not None:
+                # an import failure may be a package that is not installed yet: installing one retries
+                cache.put(each, found.to_dict(), deps, environment=found.error_kind == "import")
     return found
 
 

@@ -213,3 +213,28 @@ def test_scripts_of_a_top_level_folder_import_from_their_own_folder(project):
     (hkl403,) = graph["HKL403"]
     assert hkl403["filename"] == "experiments/watch.py"
     assert "module `fc1` of Tiny" in hkl403["message"] and "run.py:9 `watch(model.fc1, grads)`" in hkl403["message"]
+
+
+def test_editing_the_training_loop_reuses_the_facts_editing_the_construction_does_not(project):
+    from hooklint.config import config_from_table
+    from hooklint.graph.provider import GraphRun, provide_graph_facts
+
+    folder = project("argparse_explainer")
+    config = config_from_table({}, folder, None)
+    files = [str(folder / "train.py")]
+    first = GraphRun()
+    provide_graph_facts(files, config, run=first)
+    assert first.imported == files
+    script = folder / "train.py"
+    text = script.read_text()
+    # a comment and a change in the loop, below the model's construction: same slice, same lines
+    script.write_text(text.replace("optimizer.step()", "optimizer.step()  # one more comment\n        print(epoch)"))
+    second = GraphRun()
+    facts, _ = provide_graph_facts(files, config, run=second)
+    assert second.imported == [] and second.workers_started == 0 and second.cached == files
+    assert {m.class_name for m in facts[files[0]].models} == {"PlainNet", "InplaceNet"}
+    # the construction itself changed: analysed again
+    script.write_text(script.read_text().replace("width=args.width)", "width=args.width * 2)"))
+    third = GraphRun()
+    provide_graph_facts(files, config, run=third)
+    assert third.imported == files
