@@ -146,6 +146,34 @@ class ProjectHooks:
             return self._resolve_names(info, [f"{m}.{passed.target}" for m in passed.star_modules])
         return self._resolve_names(info, [passed.target])
 
+    def registers_hooks(self, key: Key, depth: int = 0) -> bool:
+        """The callable's file, the file of one of its class's bases (through its
+        imports), or a callable it hands its parameters to, registers module hooks
+        somewhere."""
+        info = self.info(key[0])
+        if info is None or depth > 2:
+            return False
+        if self.index.registers_hooks(info.path):
+            return True
+        for passed in info.summary.passes:
+            if passed.ref.callee.qualname == key[1]:
+                target = self.resolve_pass(info, passed)
+                if target is not None and target != key and self.registers_hooks(target, depth + 1):
+                    return True
+        for stmt in info.tree.body:
+            if isinstance(stmt, ast.ClassDef) and stmt.name == key[1]:
+                for base in stmt.bases:
+                    qual = info.model.qualify(base) if hasattr(base, "_hl_scope") else None  # type: ignore[attr-defined]
+                    names = [qual] if qual else []
+                    if not names and isinstance(base, ast.Name):
+                        from hooklint.static.hooked_params import star_imports
+
+                        names = [f"{m}.{base.id}" for m in star_imports(info.tree)]
+                    target = self._resolve_names(info, names) if names else None
+                    if target is not None and target != key and self.index.registers_hooks(target[0]):
+                        return True
+        return False
+
     # ------------------------------------------------------------ closure
 
     def hooks_of(self, key: Key, depth: int = 0) -> list[DerivedHook]:

@@ -204,7 +204,9 @@ class EntryPlanner:
         units: list[ast.stmt] = []
         for block, index in path:
             units += block[:index]
-        sliced, needed = _slice(units, needed)
+        reads: dict[str, set[str] | None] = {}
+        _attribute_reads(rewritten, reads)
+        sliced, needed = _slice(units, needed, reads)
         needed -= self.kept | _BUILTINS  # imports and definitions the worker already ran
         prologue: list[ast.stmt] = []
         parser_kind = ""
@@ -321,6 +323,9 @@ class EntryPlanner:
             if func.id == "open":
                 return _reads_file(call)
             return func.id not in UNSAFE_BUILTINS or func.id == "eval"
+        if isinstance(func, ast.Name) and func.id in self.kept and func.id not in self.aliases \
+                and func.id in _PARSE_METHODS:
+            return True  # the script's own `def parse_args(): ...` (the parser answers its defaults)
         qual = qualified_name(func, self.aliases) if isinstance(func, (ast.Name, ast.Attribute)) else None
         if qual is not None and qual.startswith(_ALLOWED_EFFECTS):
             return True
@@ -633,11 +638,42 @@ def _device_or_state_call(stmt: ast.stmt) -> bool:
         and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr in _STATE_METHODS
 
 
-def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set[str]]:
+def _attribute_reads(node: ast.AST, reads: dict[str, set[str] | None]) -> None:
+    """Per name, the attributes read from it (None: the name is read as a whole)."""
+    attribute_bases = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and isinstance(sub.ctx, ast.Load):
+            attribute_bases.add(id(sub.value))
+            if reads.get(sub.value.id, set()) is not None:
+                reads.setdefault(sub.value.id, set()).add(sub.attr)  # type: ignore[union-attr]
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and id(sub) not in attribute_bases:
+            reads[sub.id] = None
+
+
+def _only_unread_attributes(unit: ast.stmt, reads: dict[str, set[str] | None]) -> bool:
+    """``args.base_lr = ...`` when what is built reads only ``args.model``."""
+    if not isinstance(unit, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return False
+    targets = unit.targets if isinstance(unit, ast.Assign) else [unit.target]
+    for target in targets:
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+            return False
+        read = reads.get(target.value.id, set())
+        if read is None or target.attr in read:
+            return False
+    return True
+
+
+def _slice(units: list[ast.stmt], needed: set[str],
+           reads: dict[str, set[str] | None] | None = None) -> tuple[list[ast.stmt], set[str]]:
     """The statements of ``units`` (in order) that set or change what ``needed``
-    names, transitively; and the names still unset before them."""
+    names, transitively; and the names still unset before them.  ``reads``: the
+    attributes read so far from each name (a store into an attribute nothing reads
+    is left out)."""
     selected: list[ast.stmt] = []
     needed = set(needed)
+    reads = reads if reads is not None else {}
     for unit in reversed(units):
         if _tests_main(unit) and not (_binds(unit) & needed):
             continue
@@ -646,17 +682,21 @@ def _slice(units: list[ast.stmt], needed: set[str]) -> tuple[list[ast.stmt], set
         mutates = _mutates(unit)
         if not (binds & needed or mutates & needed) or _device_or_state_call(unit) or _moved_to_device(unit):
             continue
+        if not binds & needed and _only_unread_attributes(unit, reads):
+            continue
         if isinstance(unit, _COMPOUND) or type(unit).__name__ == "TryStar":
-            filtered = _filter_compound(unit, needed)
+            filtered = _filter_compound(unit, needed, reads)
             if filtered is None:
                 continue
             selected.insert(0, filtered)
+            _attribute_reads(filtered, reads)
             # conditionally bound names may still need an earlier value; names the block binds for
             # itself (a loop variable, a temporary) are its own
             needed -= _definitely_binds(unit)
             needed |= _reads(filtered) - _binds(filtered)
             continue
         selected.insert(0, unit)
+        _attribute_reads(unit, reads)
         if isinstance(unit, (ast.Assign, ast.AnnAssign)) and not mutates:
             needed -= binds
         elif isinstance(unit, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -686,13 +726,14 @@ def _definitely_binds(stmt: ast.stmt) -> set[str]:
     return set()
 
 
-def _filter_compound(stmt: ast.stmt, needed: set[str]) -> ast.stmt | None:
+def _filter_compound(stmt: ast.stmt, needed: set[str], reads: dict[str, set[str] | None] | None = None
+                     ) -> ast.stmt | None:
     """A copy of an if/try/with/for block keeping what sets ``needed``."""
     new = copy.copy(stmt)
     for field_name in ("body", "orelse", "finalbody"):
         block = getattr(stmt, field_name, None)
         if block:
-            kept, _ = _slice(block, needed)
+            kept, _ = _slice(block, needed, dict(reads or {}))
             setattr(new, field_name, kept or [ast.copy_location(ast.Pass(), stmt)])
     if isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
         handlers = []

@@ -449,7 +449,7 @@ class _Planner:
         if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
             bindings = self.model.bindings_at(func)
             if len(bindings) == 1 and bindings[0].kind == "def":
-                return True
+                return not _returns_parsed_arguments(bindings[0].node)
             if len(bindings) == 1 and bindings[0].kind == "class":
                 info = self.model.classes.get(bindings[0].node)
                 return info is not None and self.model.is_module_class(info) is not False
@@ -509,6 +509,8 @@ class _Planner:
             call = own.get((parent.lineno, parent.col_offset))
             key = hooks.resolve(info, call) if call is not None else None
             if key is None:
+                if self._packed_for_hooking_code(parent, hooks, info, own):
+                    return True
                 continue
             position = next((i for i, a in enumerate(parent.args) if a is child), None)
             keyword = next((k.arg for k in parent.keywords if k.value is child), None)
@@ -516,7 +518,51 @@ class _Planner:
                 if (keyword is not None and keyword == hook.ref.param) or (
                         position is not None and position == hook.ref.position):
                     return True
+            if hooks.registers_hooks(key):
+                return True  # the project's hooking code takes it, in a way the summaries do not follow
         return False
+
+    def _packed_for_hooking_code(self, packing: ast.Call, hooks, info, own) -> bool:
+        """``cfg = dict(arch=model, layer_name=...)`` then ``ScoreCAM(cfg)``: the model
+        travels in a dictionary to code of the project that registers module hooks
+        (built so that ``hooklint graph`` shows it; linking does not follow it)."""
+        if not (isinstance(packing.func, ast.Name) and packing.func.id == "dict"):
+            return False
+        holder = getattr(packing, "_hl_parent", None)
+        if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+            return False
+        name = holder.targets[0].id
+        scope = getattr(holder, "_hl_parent", None)
+        for node in ast.walk(scope) if scope is not None else ():
+            if isinstance(node, ast.Call) and node.lineno > holder.lineno and any(
+                    isinstance(a, ast.Name) and a.id == name for a in [*node.args, *(k.value for k in node.keywords)]):
+                call = own.get((node.lineno, node.col_offset))
+                key = hooks.resolve(info, call) if call is not None else None
+                if key is not None and hooks.registers_hooks(key):
+                    return True
+        return False
+
+
+def _returns_parsed_arguments(function: ast.AST) -> bool:
+    """``def parse_args(): ...; return parser.parse_args()`` (or the name it was
+    assigned to, or ``-> argparse.Namespace``): options, not a model."""
+    returns = getattr(function, "returns", None)
+    if returns is not None and "Namespace" in ast.unparse(returns):
+        return True
+    parsed: set[str] = set()
+
+    def is_parse(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("parse_args", "parse_known_args")
+
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and is_parse(node.value):
+            parsed |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and (is_parse(node.value) or (
+                isinstance(node.value, ast.Name) and node.value.id in parsed)):
+            return True
+    return False
 
 
 def _required_arguments(args: ast.arguments) -> int:
