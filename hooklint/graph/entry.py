@@ -418,7 +418,7 @@ class EntryPlanner:
                 if any(dict(v).get(dest) == value for v, _ in out):
                     continue  # a documented command builds it (with the options it needs)
                 out.append((((dest, value),), "choices" if _has_choices(known[dest][1]) else
-                            "a key of the dictionary of factories it indexes"))
+                            "an architecture the code it is given to selects"))
         return out, open_options
 
     def _callee_values(self, program: ast.Module, dest: str) -> list[Any]:
@@ -908,7 +908,22 @@ def keys_indexed_by(function: ast.FunctionDef | ast.AsyncFunctionDef, param: str
                 _module_dict(tree, node.value.id)
             if found is not None:
                 return factory_keys(found)
-    return []
+    # `if model.lower() == "resnet20": ... elif model == "resnet32": ...` choosing what to build
+    values: list[Any] = []
+    for node in ast.walk(function):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
+            continue
+        subject, other = node.test.left, node.test.comparators[0]
+        while isinstance(subject, ast.Call) and isinstance(subject.func, ast.Attribute) \
+                and subject.func.attr in ("lower", "upper", "strip", "casefold"):
+            subject = subject.func.value
+        if not (isinstance(subject, ast.Name) and subject.id == param):
+            continue
+        if isinstance(node.test.ops[0], ast.Eq) and isinstance(other, ast.Constant) and isinstance(other.value, str):
+            values.append(other.value)
+        elif isinstance(node.test.ops[0], ast.In) and isinstance(other, (ast.Tuple, ast.List, ast.Set)):
+            values += [e.value for e in other.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return list(dict.fromkeys(values))
 
 
 def _module_dict(tree: ast.Module, name: str) -> ast.Dict | None:

@@ -105,7 +105,7 @@ def test_graph_shows_entry_point_variants_links_and_data_inputs(project):
     sources = [m["source"] for m in models]
     assert {m["class_name"] for m in models} == {"PlainNet", "InplaceNet"}
     assert any("argparse defaults: --network='plain'" in s for s in sources)
-    assert any("--network='inplace' (a key of the dictionary of factories it indexes)" in s for s in sources)
+    assert any("--network='inplace' (an architecture the code it is given to selects)" in s for s in sources)
     assert all(m["inputs"] == [{"dtype": "float32", "shape": [2, 3, 32, 32]}] for m in models)
     assert all("the data code" in m["inputs_origin"] and "cifar10" in m["inputs_origin"] for m in models)
     links = files["explain/saliency.py"]["linked"]
