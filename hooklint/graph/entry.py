@@ -883,7 +883,7 @@ def documented_commands(script: str, texts: list[tuple[str, str]], options: dict
                 i += 1
                 dest = options.get(token)
                 if dest is not None and not (isinstance(value, str) and (
-                        "<" in value or "$" in value or "/path/to" in value.lower())):
+                        any(c in value for c in "<[{$") or "/path/to" in value.lower())):
                     found.append((dest, value))
             if found:
                 out.append((tuple(found), f"{name}:{number}"))
