@@ -50,7 +50,12 @@ class FullHookOnCallerModule(Rule):
     The rule cannot know whether the caller's models modify the output in
     place; it reports the risk, at `info` severity.  When a call in the same
     file shows the module (`GradCAM(model, model.features[28])`), HKL403
-    reports the real problem instead, at that call.  Not reported when the
+    reports the real problem instead, at that call.  When the graph layer
+    links the registration to the models another checked file builds
+    (`explainer = GradCAM(net, net.layer4[-1])` in `main.py`, docs/graph.md),
+    HKL403 reports an in-place op after a module it lands on, and this rule
+    stays quiet when every call in the checked files is linked and no
+    module any of them hooks is followed by one.  Not reported when the
     file switches in-place modules off itself (`module.inplace = False`), when
     the hook needs `grad_input` (the forward-hook pattern does not give the
     gradient of the module's input as simply), or when the function runs the

@@ -43,6 +43,10 @@ class LegacyHookGradInput(Rule):
     graph shows to be a single op on its input (so that `grad_input` starts
     with the gradient of the module's input, as for `nn.Conv2d` or a module
     computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
+    This holds across files too: a hook a library registers on a module its
+    caller passes is judged on the models the project's scripts build
+    (docs/graph.md, "Hooks on models other files build"), and dropped only
+    when every call in the checked files is linked.
 
     ## Known problems
     Statically, the rule says the gradient is wrong (an error) only where the
