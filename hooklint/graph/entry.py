@@ -137,6 +137,7 @@ class EntryPlanner:
         dictionary of factories the called function indexes with that argument."""
         self.callee_keys = callee_keys
         self.commands: list[tuple[tuple[tuple[str, Any], ...], str]] = []  # documented command lines
+        self.method_calls: Any = None  # names of the methods the file calls, when the caller knows them
         self.tree = tree
         self.kept = kept_names
         self.aliases = import_aliases(tree)
@@ -174,6 +175,11 @@ class EntryPlanner:
         return out
 
     def _scopes(self) -> Iterator[_Scope]:
+        """The module body and its functions, for a file that runs as a script (a
+        library module's functions build models for their callers: they are not
+        entry points, and planning each of them would cost on every library file)."""
+        if not is_script(self.tree, self.method_calls):
+            return
         yield _Scope("<module>", None, self.tree.body)
         for node in _module_level_defs(self.tree.body):
             yield _Scope(node.name, node, node.body)
@@ -487,6 +493,33 @@ def _assignments(body: list[ast.stmt], path: list[tuple[list[ast.stmt], int]] | 
             yield from _assignments(stmt.orelse, here)
         elif isinstance(stmt, (ast.Try, ast.With)) or type(stmt).__name__ == "TryStar":
             yield from _assignments(stmt.body, here)  # type: ignore[attr-defined]
+
+
+_CLI_DECORATORS = frozenset({"command", "group", "option", "argument", "main"})
+
+
+def is_script(tree: ast.Module, method_calls: Any = None) -> bool:
+    """The file runs as a program: a ``__main__`` block, an argparse parser, a
+    click or typer command, or statements at its top level that do something (a
+    call, a loop, a ``with``), as a script without a ``__main__`` block has."""
+    for stmt in tree.body:
+        if _tests_main(stmt):
+            return True
+        if isinstance(stmt, (ast.For, ast.While, ast.With)):
+            return True
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            func = stmt.value.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name not in ("append", "extend", "update", "register", "setdefault") and not name.startswith(
+                    ("register", "_register")):
+                return True
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                (d.func.attr if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) else
+                 d.attr if isinstance(d, ast.Attribute) else "") in _CLI_DECORATORS for d in stmt.decorator_list):
+            return True
+    if method_calls is not None:  # the semantic model's index of method calls: no walk
+        return any(name in method_calls for name in _PARSE_METHODS)
+    return any(isinstance(n, ast.Attribute) and n.attr in _PARSE_METHODS for n in ast.walk(tree))
 
 
 def _module_level_defs(body: list[ast.stmt]) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

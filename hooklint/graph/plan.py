@@ -401,6 +401,7 @@ class _Planner:
 
         planner = EntryPlanner(self.tree, self.sanitized.kept_names, self._model_callee, self._hooks_involved,
                                self._callee_keys)
+        planner.method_calls = self.model.method_calls
         planner.commands = self._documented_commands()
         return planner.entries({c.line for c in calls})
 
