@@ -245,7 +245,7 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     plan = plan_for(tree, context)
     from hooklint.graph.entry import data_hint
 
-    plan.data_hint = data_hint(tree)
+    plan.data_hint = data_hint(tree) if plan.script else None
     roots = context.roots
     unique_name = f"__hooklint_model_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}__"
     module = types.ModuleType(unique_name)

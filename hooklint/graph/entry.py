@@ -496,6 +496,12 @@ def _assignments(body: list[ast.stmt], path: list[tuple[list[ast.stmt], int]] | 
 
 
 _CLI_DECORATORS = frozenset({"command", "group", "option", "argument", "main"})
+# Top-level calls a library module makes at import time (not a script running).
+_LIBRARY_CALL_HEADS = frozenset({"warnings", "logging", "_logger", "logger", "log", "torch", "os", "sys", "typing",
+                                 "__all__", "jit", "fx"})
+_LIBRARY_MODULE_CALLS = frozenset({"append", "extend", "update", "setdefault", "warn", "filterwarnings",
+                                   "simplefilter", "wrap", "setLevel", "addHandler", "basicConfig", "setattr",
+                                   "register"})
 
 
 def is_script(tree: ast.Module, method_calls: Any = None) -> bool:
@@ -510,8 +516,11 @@ def is_script(tree: ast.Module, method_calls: Any = None) -> bool:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
             func = stmt.value.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-            if name not in ("append", "extend", "update", "register", "setdefault") and not name.startswith(
-                    ("register", "_register")):
+            head = func
+            while isinstance(head, ast.Attribute):
+                head = head.value
+            library = isinstance(head, ast.Name) and head.id in _LIBRARY_CALL_HEADS
+            if not library and name not in _LIBRARY_MODULE_CALLS and not name.startswith(("register", "_register")):
                 return True
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
                 (d.func.attr if isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) else

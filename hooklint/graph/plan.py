@@ -86,6 +86,7 @@ class Plan:
     entries: list = field(default_factory=list)  # EntryConstruction: models the script builds from its options
     # the example input's size the file's data code shows ((C, H, W) or (H, W)), and why
     data_hint: tuple | None = None
+    script: bool = False  # the file runs as a program (entry points, data hints)
 
     @property
     def has_work(self) -> bool:
@@ -491,7 +492,7 @@ class _Planner:
         info = hooks.info(str(self.context.path))
         if info is None:
             return False
-        own = {(n.lineno, n.col_offset): n for n in ast.walk(info.tree) if isinstance(n, ast.Call)}
+        own = self._own_calls(info)
         for use in uses:
             parent = getattr(use, "_hl_parent", None)
             child = use
@@ -522,6 +523,13 @@ class _Planner:
             if hooks.registers_hooks(key):
                 return True  # the project's hooking code takes it, in a way the summaries do not follow
         return False
+
+    def _own_calls(self, info) -> dict[tuple[int, int], ast.Call]:
+        """The calls of the project's parse of this file, by position (once per file)."""
+        if getattr(self, "_calls_by_position", None) is None:
+            self._calls_by_position = {(n.lineno, n.col_offset): n for n in ast.walk(info.tree)
+                                       if isinstance(n, ast.Call)}
+        return self._calls_by_position
 
     def _packed_for_hooking_code(self, packing: ast.Call, hooks, info, own) -> bool:
         """``cfg = dict(arch=model, layer_name=...)`` then ``ScoreCAM(cfg)``: the model
@@ -607,7 +615,11 @@ def plan_for(tree: ast.Module, context: ProjectContext | None = None) -> Plan:
     planner = _Planner(tree, sanitized, context)
     classes = planner.module_classes()
     calls = planner.constructor_calls(classes)
-    return Plan(sanitized, classes, calls, planner.factories(classes), planner.entries(calls))
+    from hooklint.graph.entry import is_script
+
+    plan = Plan(sanitized, classes, calls, planner.factories(classes), planner.entries(calls))
+    plan.script = is_script(tree, planner.model.method_calls)
+    return plan
 
 
 def project_context(path: str, config_root: Path, pythonpath=(), index=None,
@@ -693,11 +705,12 @@ def planned(text: str, path: str | None = None, config_root: Path | None = None,
         return None
     from hooklint.graph.entry import data_hint
 
-    plan.data_hint = data_hint(tree)
+    # the size a script's data code feeds (a library module feeds nothing)
+    plan.data_hint = data_hint(tree) if plan.script else None
     return plan
 
 
-def plan_digest(plan: Plan) -> str:
+def plan_digest(plan: Plan, text: str) -> str:
     """What the worker runs for a file, with its line numbers: its kept definitions,
     the constructions and entry slices, the data code's input size.  An edit that
     changes none of them (a comment, the body of a training loop that stays below
@@ -705,7 +718,11 @@ def plan_digest(plan: Plan) -> str:
     still hold."""
     import hashlib
 
-    parts = [ast.dump(plan.sanitized.tree, include_attributes=True), repr(plan.data_hint)]
+    lines = text.splitlines()
+    # each kept top-level statement's lines, with their numbers (cheaper than dumping the tree)
+    parts = [f"{stmt.lineno}-{stmt.end_lineno}:" + "\n".join(lines[stmt.lineno - 1:stmt.end_lineno or stmt.lineno])
+             for stmt in plan.sanitized.tree.body]
+    parts.append(repr(plan.data_hint))
     parts += [f"{c.text}@{c.line}:{c.kind}" for c in plan.calls]
     parts += [repr((f.name, f.line, f.returns, f.fixture)) for f in plan.factories]
     parts += [repr((c.name, c.line)) for c in plan.classes]

@@ -344,7 +344,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
             candidates.append(path)
             # the same definitions and constructions, on the same lines, as a cached analysis
             # (a comment or the training loop edited): its facts still hold
-            pkey = cache.key({"file": os.path.realpath(path), "plan": plan_digest(plan)}) if cache else None
+            pkey = cache.key({"file": os.path.realpath(path), "plan": plan_digest(plan, text)}) if cache else None
             planned_keys[path] = pkey
             entry = cache.get_entry(pkey) if cache and pkey else None
             if entry is not None and isinstance(entry[0], dict) and not entry[0].get("not_candidate"):
