@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     run_info = GraphRun()
     facts, notices = provide_graph_facts(files, config, use_cache=not args.no_cache, run=run_info)
     for path in run_info.not_candidates:
-        if args.paths and path in args.paths:
+        if args.paths and path in args.paths and not (path in facts and facts[path].linked):
             notices.append(Notice(display_path(path), "nothing to analyse: it defines no nn.Module class and "
                                   "registers no module hook on a layer it builds", NoticeLevel.INFO))
     ordered = [facts[path] for path in files if path in facts]

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from hooklint.graph.facts import Unanalysed
+from hooklint.graph.inputs import INPUT_HINT
 from hooklint.graph.plan import Plan, plan_for, project_context
 from hooklint.graph.roots import file_roots
 from hooklint.graph.sanitize import definitions_only
@@ -247,6 +248,9 @@ def file_session(path: Path, root: Path, pythonpath: list[str] | tuple[str, ...]
     tree = ast.parse(text, str(path))
     context = project_context(str(path), root.resolve(), pythonpath, tree=tree)
     plan = plan_for(tree, context)
+    from hooklint.graph.entry import data_hint
+
+    plan.data_hint = data_hint(tree) if plan.script else None
     roots = context.roots
     unique_name = f"__hooklint_model_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}__"
     module = types.ModuleType(unique_name)
@@ -368,6 +372,9 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
     def add(value: Any, source: str, line: int | None, class_name: str) -> bool:
         if not isinstance(value, nn.Module):
             return False
+        if session.plan.data_hint is not None:
+            # what the script's data code feeds (inputs.py reads it after the model's own sizes)
+            object.__setattr__(value, INPUT_HINT, session.plan.data_hint)
         result.built.append(Built(value, source, line))
         built_classes.add(class_name)
         covered.update(_own_classes(value, own_module_names) | {class_name})
@@ -386,6 +393,31 @@ def build_instances(session: Session, step: Callable[[str], Any], over_budget: t
                     kind))
             continue
         add(value, call.text, call.line, call.class_name)
+    # 1b. models the script builds from its command line (entry points), and their variants
+    from hooklint.graph.entry_run import SKIPPED_WEIGHTS, run_entry
+
+    for entry in session.plan.entries:
+        if entry.open_options or entry.variants_capped:
+            # the models built are not every configuration the script has: rules must not
+            # conclude anything about "all the modules the project hooks" from them
+            key = f"`{entry.binding}` (line {entry.line}): other configurations"
+            why = (f"only the default of {', '.join('--' + o for o in entry.open_options)} is built (its other "
+                   f"values select the architecture and hooklint cannot list them)" if entry.open_options else
+                   f"only {len(entry.variants) + 1} of its configurations are built")
+            result.failures[key] = Unanalysed(key, entry.line, why, "partial")
+        for variant in (None, *entry.variants):
+            label = entry.describe(variant)
+            value, error, kind = steps.run(f"building {label}",
+                                           lambda: run_entry(namespace, entry, str(session.path), variant))
+            if error is not None:
+                key = f"`{entry.binding}` (line {entry.line})" + (
+                    " with " + " ".join(f"--{k}={v!r}" for k, v in variant[0]) if variant is not None else "")
+                result.failures.setdefault(key, Unanalysed(key, entry.line, error if kind == "timeout" else
+                                                           f"building {label} failed: {error}", kind))
+                continue
+            if SKIPPED_WEIGHTS:
+                label += f", pretrained weights not downloaded ({os.path.basename(SKIPPED_WEIGHTS[0])})"
+            add(value, label, entry.line, type(value).__name__)
     # 2. no-argument constructors
     classes = {}
     for candidate in session.plan.classes:
@@ -554,6 +586,13 @@ def rebuild_model(namespace: dict[str, Any], plan: Plan, model: dict[str, Any], 
         if function is None:
             raise LookupError(f"`{name}` is not defined in the file any more")
         return _first_value(function())
+    entry = next((e for e in plan.entries if model.get("call_line") == e.line and source.startswith(
+        f"`{e.binding} = ")), None)
+    if entry is not None:
+        from hooklint.graph.entry_run import run_entry
+
+        variant = next((v for v in entry.variants if entry.describe(v) == source), None)
+        return run_entry(namespace, entry, filename, variant)
     call = next((c for c in plan.calls if c.text == source), None) or next(
         (c for c in plan.calls if model.get("call_line") is not None and c.line == model["call_line"]
          and c.class_name == class_name), None)

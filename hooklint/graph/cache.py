@@ -65,15 +65,16 @@ class GraphCache:
         """The value stored under ``key``, through ``decode``; None when there
         is none, its dependencies changed, or it does not decode (a value of
         another shape: an entry of another hooklint, or a forged one)."""
-        value = self._get(key)
-        if value is None:
+        found = self.get_entry(key)
+        if found is None or found[0] is None:
             return None
         try:
-            return decode(value)
+            return decode(found[0])
         except (KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
-    def _get(self, key: str) -> Any:
+    def get_entry(self, key: str) -> tuple[Any, dict[str, str], bool] | None:
+        """(value, deps, whether it depends on the installed packages) of a valid entry."""
         entry = load_summed_json(self._entry_path(key))
         if not isinstance(entry, dict):
             return None
@@ -88,7 +89,7 @@ class GraphCache:
                 self._environment = environment_stamp()
             if entry["environment"] != self._environment:
                 return None
-        return entry.get("value")
+        return entry.get("value"), deps, "environment" in entry
 
     def _digest(self, path: str) -> str | None:
         """A file's digest, once per run (many entries share the same modules)."""

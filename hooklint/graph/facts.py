@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
-FACTS_VERSION = 3
+FACTS_VERSION = 4  # 3: regions (compile) and linked hooks, bases (graphreal); 4: both
 
 Shape = tuple[int, ...]
 
@@ -115,6 +115,9 @@ class ModuleFacts:
     # region ("non-reentrant" / "reentrant"; "" not; None: not known, the model did not run).
     compiled: bool = False
     checkpointed: str | None = None
+    # names of its class's bases (MRO, torch.nn.Module and object left out): `isinstance`
+    # filters in library code keep subclasses too
+    bases: tuple[str, ...] = ()
 
     @property
     def display_path(self) -> str:
@@ -139,6 +142,7 @@ class ModuleFacts:
             "trainable_params": self.trainable_params,
             "compiled": self.compiled,
             "checkpointed": self.checkpointed,
+            "bases": list(self.bases),
         }
 
     @classmethod
@@ -165,6 +169,7 @@ class ModuleFacts:
             trainable_params=data.get("trainable_params", 0),
             compiled=data.get("compiled", False),
             checkpointed=data.get("checkpointed"),
+            bases=tuple(data.get("bases", ())),
         )
 
 
@@ -274,6 +279,46 @@ class Unanalysed:
         return cls(**data)
 
 
+@dataclass(frozen=True)
+class LinkedHook:
+    """A hook this file registers on a model another checked file builds
+    (:mod:`hooklint.graph.crossfile`): computed in the parent after the
+    analysis, never cached (it depends on the other files)."""
+
+    line: int  # the registering call in this file
+    col: int  # 1-based
+    kind: str  # HookKind value
+    method: str  # "register_backward_hook"
+    model: ModelFacts  # the caller's model
+    paths: tuple[str, ...]  # its modules the hook lands on (may land on, when not exact)
+    exact: bool  # every one of them is hooked when the call runs
+    complete: bool  # every call of the hooking code in the checked files was linked
+    via: tuple[str, ...]  # the calls that brought the model here, outermost first ("main.py:86 `KFAC(net)`")
+    callee: str  # the callable the caller called ("KFACOptimizer")
+    callee_key: tuple[str, str] = ("", "")  # (file, qualname) of the callable holding the registration
+    all_built: bool = True  # every configuration of the caller's model statement was built
+
+    def with_complete(self, value: bool) -> "LinkedHook":
+        from dataclasses import replace
+
+        return replace(self, complete=value)
+
+    def pairs(self) -> list[tuple[ModelFacts, ModuleFacts]]:
+        out = []
+        for path in self.paths:
+            module = self.model.module(path)
+            if module is not None:
+                out.append((self.model, module))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "col": self.col, "kind": self.kind, "method": self.method,
+                "model": {"class_name": self.model.class_name, "source": self.model.source,
+                          "origin_file": self.model.origin_file, "call_line": self.model.call_line},
+                "modules": list(self.paths), "exact": self.exact, "complete": self.complete,
+                "via": list(self.via), "callee": self.callee}
+
+
 @dataclass
 class FileFacts:
     """What the graph layer knows about one checked file."""
@@ -290,6 +335,14 @@ class FileFacts:
     # Models from other files' analyses whose modules include classes defined
     # here (so that ``self.register_...`` in those classes can be linked).
     borrowed: list[ModelFacts] = field(default_factory=list)
+    # Hooks registered here on models other checked files build (not cached).
+    linked: list[LinkedHook] = field(default_factory=list)
+    linked_only: bool = False  # not imported by the graph layer: facts made only to hold `linked`
+    origin: str | None = None  # the path the checked file was given as (set by the linking)
+
+    def linked_at(self, line: int, col: int) -> list[LinkedHook]:
+        """Links of the registration at ``line``:``col`` (1-based column)."""
+        return [link for link in self.linked if link.line == line and link.col == col]
 
     def all_models(self) -> Iterator[ModelFacts]:
         yield from self.models
@@ -317,6 +370,7 @@ class FileFacts:
             "error_kind": self.error_kind,
             "skipped_statements": self.skipped_statements,
             "cached": self.cached,
+            "linked": [link.to_dict() for link in self.linked],
         }
 
     @classmethod

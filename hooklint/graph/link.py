@@ -268,6 +268,12 @@ def modules_for(ctx: "FileContext", receiver: ast.AST | None, _depth: int = 0,
     facts = graph_facts(ctx)
     if facts is None or receiver is None:
         return []
+    if facts.linked:  # a module the caller passes, in another checked file (hooklint.graph.crossfile)
+        from hooklint.graph.linked import exact_pairs_for_receiver
+
+        across = exact_pairs_for_receiver(ctx, receiver)
+        if across:
+            return across
     split = _steps(ctx, receiver)
     if split is None:
         return []

@@ -83,10 +83,14 @@ class Plan:
     classes: list[ClassCandidate] = field(default_factory=list)
     calls: list[ConstructorCall] = field(default_factory=list)
     factories: list[FactoryCandidate] = field(default_factory=list)
+    entries: list = field(default_factory=list)  # EntryConstruction: models the script builds from its options
+    # the example input's size the file's data code shows ((C, H, W) or (H, W)), and why
+    data_hint: tuple | None = None
+    script: bool = False  # the file runs as a program (entry points, data hints)
 
     @property
     def has_work(self) -> bool:
-        return bool(self.classes or self.calls or self.factories)
+        return bool(self.classes or self.calls or self.factories or self.entries)
 
 
 def _substitute(node: Any, subs: dict[int, ast.expr]) -> Any:
@@ -387,6 +391,188 @@ class _Planner:
     def _inside_class(self, node: ast.AST) -> bool:
         return any(isinstance(a, ast.ClassDef) for a in self.model.ancestors(node))
 
+    # ------------------------------------------------------------ entry points
+
+    def entries(self, calls: list[ConstructorCall]) -> list:
+        """Models the file builds from its command line (:mod:`hooklint.graph.entry`),
+        where hooks are involved."""
+        if self.context is None:
+            return []
+        from hooklint.graph.entry import EntryPlanner
+
+        planner = EntryPlanner(self.tree, self.sanitized.kept_names, self._model_callee, self._hooks_involved,
+                               self._callee_keys)
+        planner.method_calls = self.model.method_calls
+        planner.commands = self._documented_commands()
+        return planner.entries({c.line for c in calls})
+
+    def _documented_commands(self) -> list:
+        """Command lines the project's READMEs and shell scripts give for this script."""
+        from hooklint.graph.entry import documented_commands, option_strings
+
+        if "add_argument" not in self.model.method_calls:
+            return []
+        options = option_strings(self.tree)
+        if not options:
+            return []
+        texts = project_documents(self.context.path.parent, self.context.roots)
+        return documented_commands(self.context.path.name, texts, options)
+
+    def _callee_keys(self, call: ast.Call, position: int | None, keyword: str | None) -> list:
+        """Keys of the dictionary of factories the called project function indexes
+        with the argument at ``position`` (or ``keyword``)."""
+        from hooklint.graph.entry import keys_indexed_by
+        from hooklint.graph.project import parse_file
+
+        func = call.func
+        node = None
+        tree = self.tree
+        if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
+            bindings = self.model.bindings_at(func)
+            if len(bindings) == 1 and bindings[0].kind == "def":
+                node = bindings[0].node
+        if node is None and hasattr(func, "_hl_scope"):
+            target = self._project_target(func)
+            if target is None or target.kind != "function":
+                return []
+            tree = parse_file(target.path)
+            node = next((s for s in (tree.body if tree is not None else []) if isinstance(
+                s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == target.name), None)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or tree is None:
+            return []
+        params = [a.arg for a in node.args.posonlyargs + node.args.args]
+        param = keyword if keyword is not None else params[position] if position is not None and \
+            position < len(params) else None
+        return keys_indexed_by(node, param, tree) if param else []
+
+    def _model_callee(self, call: ast.Call) -> bool:
+        """A class or function of the project that can build a module."""
+        func = call.func
+        if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
+            bindings = self.model.bindings_at(func)
+            if len(bindings) == 1 and bindings[0].kind == "def":
+                return not _returns_parsed_arguments(bindings[0].node)
+            if len(bindings) == 1 and bindings[0].kind == "class":
+                info = self.model.classes.get(bindings[0].node)
+                return info is not None and self.model.is_module_class(info) is not False
+        target = self._project_target(func)
+        if target is None:
+            return False
+        definition = self.context.index.definition(target)
+        return definition is not None and (definition.kind == "function" or definition.maybe_module)
+
+    def _project_target(self, func: ast.AST):
+        """The project definition a callee names, through the file's imports (star
+        imports included)."""
+        if not hasattr(func, "_hl_scope"):
+            return None
+        qual = self.model.qualify(func)
+        candidates = [qual] if qual is not None else []
+        if qual is None and isinstance(func, ast.Name) and not self.model.bindings_at(func):
+            from hooklint.static.hooked_params import star_imports
+
+            candidates = [f"{module}.{func.id}" for module in star_imports(self.tree)]
+        for candidate in candidates:
+            if candidate.startswith(("torch.", "builtins.", "<local>")):
+                continue
+            target = self.context.index.target(candidate, self.context.roots, self.context.path)
+            if target is not None:
+                return target
+        return None
+
+    def _hooks_involved(self, binding: str, uses: list[ast.AST], construction: ast.Call) -> bool:
+        """Building the model teaches the rules something: this file registers
+        module hooks, or the model is handed to code of the project that (through
+        its parameters, across files) registers some."""
+        if self.registers_module_hooks():
+            return True
+        from hooklint.graph.crossfile import project_hooks
+
+        hooks = project_hooks(self.context)
+        info = hooks.info(str(self.context.path))
+        if info is None:
+            return False
+        own = self._own_calls(info)
+        for use in uses:
+            parent = getattr(use, "_hl_parent", None)
+            child = use
+            while True:
+                if isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is child:
+                    child, parent = parent, getattr(parent, "_hl_parent", None)  # `watch(model.fc1)`
+                elif isinstance(parent, ast.Call) and parent.func is child and isinstance(child, ast.Attribute) \
+                        and child.attr in _SAME_MODULE_METHODS:
+                    child, parent = parent, getattr(parent, "_hl_parent", None)  # `distill(model.cuda())`
+                else:
+                    break
+            if isinstance(parent, ast.keyword):
+                parent = getattr(parent, "_hl_parent", None)
+            if not isinstance(parent, ast.Call) or parent.func is child:
+                continue
+            call = own.get((parent.lineno, parent.col_offset))
+            key = hooks.resolve(info, call) if call is not None else None
+            if key is None:
+                if self._packed_for_hooking_code(parent, hooks, info, own):
+                    return True
+                continue
+            position = next((i for i, a in enumerate(parent.args) if a is child), None)
+            keyword = next((k.arg for k in parent.keywords if k.value is child), None)
+            for hook in hooks.hooks_of(key):  # handed to a parameter that ends up hooked
+                if (keyword is not None and keyword == hook.ref.param) or (
+                        position is not None and position == hook.ref.position):
+                    return True
+            if hooks.registers_hooks(key):
+                return True  # the project's hooking code takes it, in a way the summaries do not follow
+        return False
+
+    def _own_calls(self, info) -> dict[tuple[int, int], ast.Call]:
+        """The calls of the project's parse of this file, by position (once per file)."""
+        if getattr(self, "_calls_by_position", None) is None:
+            self._calls_by_position = {(n.lineno, n.col_offset): n for n in ast.walk(info.tree)
+                                       if isinstance(n, ast.Call)}
+        return self._calls_by_position
+
+    def _packed_for_hooking_code(self, packing: ast.Call, hooks, info, own) -> bool:
+        """``cfg = dict(arch=model, layer_name=...)`` then ``ScoreCAM(cfg)``: the model
+        travels in a dictionary to code of the project that registers module hooks
+        (built so that ``hooklint graph`` shows it; linking does not follow it)."""
+        if not (isinstance(packing.func, ast.Name) and packing.func.id == "dict"):
+            return False
+        holder = getattr(packing, "_hl_parent", None)
+        if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+            return False
+        name = holder.targets[0].id
+        scope = getattr(holder, "_hl_parent", None)
+        for node in ast.walk(scope) if scope is not None else ():
+            if isinstance(node, ast.Call) and node.lineno > holder.lineno and any(
+                    isinstance(a, ast.Name) and a.id == name for a in [*node.args, *(k.value for k in node.keywords)]):
+                call = own.get((node.lineno, node.col_offset))
+                key = hooks.resolve(info, call) if call is not None else None
+                if key is not None and hooks.registers_hooks(key):
+                    return True
+        return False
+
+
+def _returns_parsed_arguments(function: ast.AST) -> bool:
+    """``def parse_args(): ...; return parser.parse_args()`` (or the name it was
+    assigned to, or ``-> argparse.Namespace``): options, not a model."""
+    returns = getattr(function, "returns", None)
+    if returns is not None and "Namespace" in ast.unparse(returns):
+        return True
+    parsed: set[str] = set()
+
+    def is_parse(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("parse_args", "parse_known_args")
+
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and is_parse(node.value):
+            parsed |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and (is_parse(node.value) or (
+                isinstance(node.value, ast.Name) and node.value.id in parsed)):
+            return True
+    return False
+
 
 def _required_arguments(args: ast.arguments) -> int:
     positional = args.posonlyargs + args.args
@@ -408,13 +594,19 @@ _LITERAL_BUILDERS = frozenset({"dict", "list", "tuple", "set", "frozenset", "ran
                                "bool", "len", "min", "max", "abs", "round", "sum", "sorted"})
 
 
+# Module methods that return the module itself.
+_SAME_MODULE_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16"})
+
+
 class ProjectContext:
     """What the planner of one file needs to know about the project's other files."""
 
-    def __init__(self, path: str, roots, index) -> None:
+    def __init__(self, path: str, roots, index, config_root: Path | None = None, pythonpath=()) -> None:
         self.path = Path(path)
         self.roots = roots
         self.index = index
+        self.config_root = config_root if config_root is not None else Path.cwd()
+        self.pythonpath = tuple(pythonpath)
 
 
 
@@ -422,7 +614,12 @@ def plan_for(tree: ast.Module, context: ProjectContext | None = None) -> Plan:
     sanitized = definitions_only(tree)
     planner = _Planner(tree, sanitized, context)
     classes = planner.module_classes()
-    return Plan(sanitized, classes, planner.constructor_calls(classes), planner.factories(classes))
+    calls = planner.constructor_calls(classes)
+    from hooklint.graph.entry import is_script
+
+    plan = Plan(sanitized, classes, calls, planner.factories(classes), planner.entries(calls))
+    plan.script = is_script(tree, planner.model.method_calls)
+    return plan
 
 
 def project_context(path: str, config_root: Path, pythonpath=(), index=None,
@@ -432,7 +629,51 @@ def project_context(path: str, config_root: Path, pythonpath=(), index=None,
 
     relative = tree is not None and any(isinstance(n, ast.ImportFrom) and n.level for n in tree.body)
     roots = file_roots(path, config_root, pythonpath, relative)
-    return ProjectContext(path, roots, index or ProjectIndex())
+    return ProjectContext(path, roots, index or ProjectIndex(), config_root, pythonpath)
+
+
+_DOCUMENT_SUFFIXES = (".md", ".sh", ".txt", ".rst", ".bash")
+_DOCUMENT_FOLDERS = ("", "scripts", "script", "run", "runs", "experiments", "exp", "docs", "bash", "shell")
+_MAX_DOCUMENTS = 40
+_MAX_DOCUMENT_BYTES = 512 * 1024
+
+
+def project_documents(folder: Path, roots) -> list[tuple[str, str]]:
+    """(name, text) of the READMEs and shell scripts next to a script and at its
+    project root (and their usual script folders), where commands are documented."""
+    from hooklint.graph.roots import project_root
+
+    bases = [folder]
+    root = project_root(folder)
+    if root is not None and root != folder:
+        bases.append(root)
+    out: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+    for base in bases:
+        for sub in _DOCUMENT_FOLDERS:
+            where = base / sub if sub else base
+            try:
+                entries = sorted(where.iterdir()) if where.is_dir() else []
+            except OSError:
+                continue
+            for entry in entries:
+                if len(out) >= _MAX_DOCUMENTS:
+                    return out
+                if entry in seen or not entry.name.endswith(_DOCUMENT_SUFFIXES) or not entry.is_file():
+                    continue
+                seen.add(entry)
+                try:
+                    if entry.stat().st_size > _MAX_DOCUMENT_BYTES:
+                        continue
+                    text = entry.read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                try:
+                    name = entry.relative_to(root).as_posix() if root is not None else entry.name
+                except ValueError:
+                    name = entry.name
+                out.append((name, text))
+    return out
 
 
 # A module class or layer can only come from an import naming one of these.
@@ -442,13 +683,51 @@ _TEXT_HINTS = ("torch", "lightning", "transformers")
 def wants_import(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
                  index=None) -> bool:
     """Whether the graph layer should import this file (see the module docstring)."""
-    project_hint = path is not None and ("import" in text) and ("register_" in text or "fixture" in text)
+    return planned(text, path, config_root, pythonpath, index) is not None
+
+
+def planned(text: str, path: str | None = None, config_root: Path | None = None, pythonpath=(),
+            index=None) -> Plan | None:
+    """The file's plan when the graph layer should import it, else None."""
+    # a script hands a model to the project's code that hooks it (an explainer, an optimizer): entry points
+    project_hint = path is not None and ("import" in text) and (
+        "register_" in text or "fixture" in text or "__main__" in text or "parse_args" in text)
     if not any(h in text for h in _TEXT_HINTS) and not project_hint:
-        return False
+        return None
     try:
         tree = ast.parse(text)
         context = project_context(path, config_root or Path.cwd(), pythonpath, index, tree) \
             if path is not None else None
-        return plan_for(tree, context).has_work
+        plan = plan_for(tree, context)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
+        return None
+    if not plan.has_work:
+        return None
+    from hooklint.graph.entry import data_hint
+
+    # the size a script's data code feeds (a library module feeds nothing)
+    plan.data_hint = data_hint(tree) if plan.script else None
+    return plan
+
+
+def plan_digest(plan: Plan, text: str) -> str:
+    """What the worker runs for a file, with its line numbers: its kept definitions,
+    the constructions and entry slices, the data code's input size.  An edit that
+    changes none of them (a comment, the body of a training loop that stays below
+    the model's construction) gives the same digest, and the facts cached for it
+    still hold."""
+    import hashlib
+
+    lines = text.splitlines()
+    # each kept top-level statement's lines, with their numbers (cheaper than dumping the tree)
+    parts = [f"{stmt.lineno}-{stmt.end_lineno}:" + "\n".join(lines[stmt.lineno - 1:stmt.end_lineno or stmt.lineno])
+             for stmt in plan.sanitized.tree.body]
+    parts.append(repr(plan.data_hint))
+    parts += [f"{c.text}@{c.line}:{c.kind}" for c in plan.calls]
+    parts += [repr((f.name, f.line, f.returns, f.fixture)) for f in plan.factories]
+    parts += [repr((c.name, c.line)) for c in plan.classes]
+    for entry in plan.entries:
+        parts.append(ast.dump(entry.program, include_attributes=True))
+        parts.append(repr((entry.binding, entry.line, entry.scope, entry.text, entry.options, entry.variants,
+                           entry.weights, entry.open_options, entry.variants_capped)))
+    return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()

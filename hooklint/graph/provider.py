@@ -20,7 +20,7 @@ from hooklint.config import Config
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.graph.cache import GraphCache, content_key, file_key
 from hooklint.graph.facts import FileFacts, ModelFacts
-from hooklint.graph.plan import wants_import
+from hooklint.graph.plan import plan_digest, planned
 from hooklint.sandbox import NOTICE_KEY, Status, incomplete_notice, refusal, worker_environment
 from hooklint.sandbox.scratch import make_scratch
 from hooklint.sandbox.zygote import KILL_GRACE, SCRATCH_VARIABLES
@@ -361,6 +361,16 @@ def _failure(reply: Reply, timeout: float) -> tuple[str, str]:
     return "crash", f"graph analysis failed: the model code crashed the worker ({reply.detail}){during}"
 
 
+def _cached_file_facts_or_none(value: Any) -> "FileFacts | None":
+    """Facts of a cached entry; None for a "not a candidate" entry or one that
+    does not decode (another shape: a forged or damaged entry)."""
+    try:
+        found = _cached_file_facts(value)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+        return None
+    return found if isinstance(found, FileFacts) else None
+
+
 def _cached_file_facts(value: dict[str, Any]) -> "FileFacts | str":
     return "not a candidate" if value.get("not_candidate") else FileFacts.from_dict(value)
 
@@ -384,6 +394,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
     candidates: list[str] = []
     facts: dict[str, FileFacts] = {}
     todo: list[str] = []
+    planned_keys: dict[str, str | None] = {}
     index = ProjectIndex()
     for path in files:
         # the cache first: an unchanged file (and unchanged modules it imported) needs no parse
@@ -405,8 +416,23 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         except SourceError:
             continue  # the static pass reports unreadable files
         lookups = index.lookups
-        if wants_import(text, path, config.root, config.pythonpath, index):
+        plan = planned(text, path, config.root, config.pythonpath, index)
+        if plan is not None:
             candidates.append(path)
+            # the same definitions and constructions, on the same lines, as a cached analysis
+            # (a comment or the training loop edited): its facts still hold
+            pkey = cache.key({"file": os.path.realpath(path), "plan": plan_digest(plan, text)}) if cache else None
+            planned_keys[path] = pkey
+            entry = cache.get_entry(pkey) if cache and pkey else None
+            found = _cached_file_facts_or_none(entry[0]) if entry is not None else None
+            if found is not None:
+                found.path = _display(path)
+                found.cached = True
+                facts[path] = found
+                run.cached.append(path)
+                if key is not None and cache is not None:
+                    cache.put(key, entry[0], entry[1], environment=entry[2])  # this content, next time
+                continue
             todo.append(path)
         else:
             run.not_candidates.append(path)
@@ -434,7 +460,7 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
             for done, path in enumerate(todo):
                 if progress is not None:
                     progress(done, len(todo), _display(path))
-                facts[path] = _analyse_file(pool, path, config, timeout, cache, run)
+                facts[path] = _analyse_file(pool, path, config, timeout, cache, run, planned_keys.get(path))
             if progress is not None and todo:
                 progress(len(todo), len(todo), "")
             if config.models and factory_models is None:
@@ -453,6 +479,9 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
         notices.append(Notice(str(cache.folder), cache.error, NoticeLevel.INFO))
     run.factories = factory_models or []
     _share_models(facts, run.factories)
+    from hooklint.graph.crossfile import link_across_files
+
+    link_across_files(facts, files, config.root, config.pythonpath)
     notices.extend(_grouped_import_failures(list(facts.values())))
     for found in facts.values():
         notices.extend(_file_notices(found))
@@ -545,7 +574,7 @@ _CACHED_FAILURES = frozenset({"import", "timeout", "crash", "memory"})
 
 
 def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, cache: GraphCache | None,
-                  run: GraphRun) -> FileFacts:
+                  run: GraphRun, plan_key: str | None = None) -> FileFacts:
     display = _display(path)
     worker = pool.get()
     if worker is None:
@@ -566,9 +595,10 @@ def _analyse_file(pool: WorkerPool, path: str, config: Config, timeout: float, c
         stamps = reply.result.get("imported") or {}
     if cache is not None and (found.error is None or found.error_kind in _CACHED_FAILURES):
         key = file_key(cache, path)
-        if key is not None:
-            # an import failure may be a package that is not installed yet: installing one retries
-            cache.put(key, found.to_dict(), deps, environment=found.error_kind == "import", stamps=stamps)
+        for each in (key, plan_key):
+            if each is not None:
+                # an import failure may be a package that is not installed yet: installing one retries
+                cache.put(each, found.to_dict(), deps, environment=found.error_kind == "import", stamps=stamps)
     return found
 
 

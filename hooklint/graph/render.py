@@ -117,8 +117,10 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts],
         if found.borrowed and not found.models:
             chunks.append("  its classes are analysed as parts of: " + "; ".join(
                 _borrowed_label(model) for model in found.borrowed))
-        elif not found.models and not found.unanalysed and not found.error:
+        elif not found.models and not found.unanalysed and not found.error and not found.linked:
             chunks.append("  no model was built")
+        if found.linked:
+            chunks.extend(render_links(found))
         chunks.append("")
     if factories:
         chunks.append("factories ([tool.hooklint] models)")
@@ -134,6 +136,56 @@ def render_table(facts: list[FileFacts], factories: list[ModelFacts],
                           "in backward); docs/compile.md.")
     # class, module and file names come from the user's code: printed escaped
     return "\n".join(printable(line) for line in "\n".join(chunks).rstrip("\n").split("\n")) + "\n"
+
+
+LINK_HEADERS = ("module", "class", "legacy hook binds to", "legacy-safe", "in-place op after it")
+
+
+def _inplace_column(module: ModuleFacts) -> str:
+    op = module.output_inplace or module.input_inplace
+    if op is None:
+        return "none" if module.calls else ""
+    where = op.where()
+    return f"{op.name} ({where})" if where else op.name
+
+
+def render_links(found: FileFacts) -> list[str]:
+    """Per registration linked across files: which entry point built the model,
+    through which calls the hook reached it, and the modules it lands on."""
+    from tabulate import tabulate
+
+    out = ["  hooks on models other files build:"]
+    by_site: dict[tuple[int, int], list] = {}
+    for link in found.linked:
+        by_site.setdefault((link.line, link.col), []).append(link)
+    for (line, _col), links in sorted(by_site.items()):
+        first = links[0]
+        complete = all(link.complete for link in links)
+        out.append(f"    line {line}: `{first.method}` ({first.kind}); "
+                   + ("every call in the checked files is linked" if complete else
+                      "not every call in the checked files could be linked"))
+        for link in links:
+            model = link.model
+            origin = os.path.basename(model.origin_file) if model.origin_file else "?"
+            out.append(f"      {model.class_name} built in {origin} with {model.source}")
+            out.append(f"        reached through {' -> '.join(link.via)}; "
+                       + ("each module listed is hooked" if link.exact else
+                          "the modules listed may be hooked (a condition or a step hooklint cannot follow)"))
+            model_file = os.path.realpath(model.class_file) if model.class_file else None
+            rows_ = []
+            for path in link.paths:
+                module = model.module(path)
+                if module is None:
+                    continue
+                rows_.append((module.display_path, module.class_name, bound_column(module, model_file),
+                              _yes_no(module.legacy_safe) if module.calls else "not called",
+                              _inplace_column(module)))
+            limit = 12
+            table = tabulate(rows_[:limit], headers=LINK_HEADERS, tablefmt="simple")
+            out.extend("        " + row for row in table.splitlines())
+            if len(rows_) > limit:
+                out.append(f"        ... and {len(rows_) - limit} more (--output-format json lists them all)")
+    return out
 
 
 def _borrowed_label(model: ModelFacts) -> str:

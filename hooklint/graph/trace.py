@@ -1026,7 +1026,10 @@ def input_candidates(model: nn.Module, trace: FxTrace | None) -> InputCandidates
                 "(model, example_inputs) in [tool.hooklint] models")
     if arity == 0:
         return InputCandidates([((), "(forward takes no input)")])
-    tuples = []
+    from hooklint.graph.inputs import image_candidates
+
+    # the model's declared image size, then what the project's data code feeds
+    tuples = image_candidates(model)
     for path, layer in _first_layers(model, trace):
         spec = _layer_spec(layer)
         assert spec is not None
@@ -1145,13 +1148,13 @@ def _analyse(model: nn.Module, *, source: str, describe: Describe, inputs: tuple
                 continue
             modules = with_regions(model, module_facts_from_autograd(model, view, describe), prepared)
             return ModelFacts(**base, method=method, fx_error=fx_error, autograd=True,
-                              inputs=spec_of(example), inputs_origin=origin, modules=tuple(modules))
+                              inputs=spec_of(example), inputs_origin=origin, modules=with_bases(model, modules))
         reason = run_error or "no example input"
     else:
         reason = f"no example input: {candidates}"
     if trace is not None:
         return ModelFacts(**base, method="fx", autograd=False, note=reason,
-                          modules=tuple(with_regions(model, fx_only_facts(model, trace, describe), None)))
+                          modules=with_bases(model, with_regions(model, fx_only_facts(model, trace, describe), None)))
     raise AnalysisError(f"fx could not trace it ({fx_error}) and {reason}")
 
 
@@ -1169,6 +1172,23 @@ def with_regions(model: nn.Module, modules: list[ModuleFacts], inputs: tuple[Any
     return [replace(m, compiled=m.path in compiled,
                     checkpointed=checkpointed.get(m.path, "") if checkpointed is not None else None)
             for m in modules]
+
+
+def with_bases(model: nn.Module, modules: list[ModuleFacts]) -> tuple[ModuleFacts, ...]:
+    """Each module's facts with the names of its class's bases (for ``isinstance``
+    filters of library code, which keep subclasses)."""
+    from dataclasses import replace
+
+    classes = {path: type(module) for path, module in model.named_modules(remove_duplicate=False)}
+    out = []
+    for facts in modules:
+        cls = classes.get(facts.path)
+        if cls is None:
+            out.append(facts)
+            continue
+        bases = tuple(c.__name__ for c in cls.__mro__[1:] if c not in (nn.Module, object))
+        out.append(replace(facts, bases=bases) if bases else facts)
+    return tuple(out)
 
 
 def one_line(exc: BaseException, limit: int = 240) -> str:

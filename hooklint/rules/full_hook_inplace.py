@@ -189,8 +189,15 @@ class FullHookInplace(Rule):
             from hooklint.graph.link import modules_for  # on first use: most runs never get here
 
             pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
+            links = []
+            if reg.receiver_origin is None:
+                # the caller's model, built by another checked file (a pruner, an explainer)
+                from hooklint.graph.linked import hooked_pairs, links_for
+
+                links = links_for(ctx, reg.call)
+                pairs = pairs or hooked_pairs(links)
             if pairs:
-                finding = self._from_graph(ctx, reg, pairs)
+                finding = self._from_graph(ctx, reg, pairs, links)
             else:
                 finding = self._from_source(ctx, reg)
             if finding is None:
@@ -214,7 +221,7 @@ class FullHookInplace(Rule):
 
     # -- with graph facts -------------------------------------------------------
     def _from_graph(self, ctx: FileContext, reg: Registration,
-                    pairs: list[tuple[ModelFacts, ModuleFacts]]) -> Finding | None:
+                    pairs: list[tuple[ModelFacts, ModuleFacts]], links: list | None = None) -> Finding | None:
         for model, module in pairs:
             target = _target(reg, model, module)
             if module.output_inplace is not None and module.output_needs_grad is not False:
@@ -228,7 +235,12 @@ class FullHookInplace(Rule):
             related = []
             if op.line is not None and op.file is not None and op.file == os.path.realpath(ctx.path):
                 related.append(Related("modified in place here", ctx.display_path, Location(op.line, 1)))
-            return self._at(ctx, reg, self._message(reg, target, what), related, Origin.GRAPH)
+            message = self._message(reg, target, what)
+            if links:
+                from hooklint.graph.linked import via_text
+
+                message += via_text(links, model)
+            return self._at(ctx, reg, message, related, Origin.GRAPH)
         return None
 
     # -- from the source alone ----------------------------------------------------

@@ -58,7 +58,12 @@ class FullHookOnCallerModule(Rule):
     measured on (`bench/trial_scripts/proj_explain_ctx`) is judged a false
     positive, the caller's model having no in-place op.  When a call in the same
     file shows the module (`GradCAM(model, model.features[28])`), HKL403
-    reports the real problem instead, at that call.  Not reported when the
+    reports the real problem instead, at that call.  When the graph layer
+    links the registration to the models another checked file builds
+    (`explainer = GradCAM(net, net.layer4[-1])` in `main.py`, docs/graph.md),
+    HKL403 reports an in-place op after a module it lands on, and this rule
+    stays quiet when every call in the checked files is linked and no
+    module any of them hooks is followed by one.  Not reported when the
     file switches in-place modules off itself (`module.inplace = False`), when
     the hook needs `grad_input` (the forward-hook pattern does not give the
     gradient of the module's input as simply), or when the function runs the
@@ -198,6 +203,8 @@ class FullHookOnCallerModule(Rule):
                 switches_inplace_off = _sets_inplace_false(ctx.tree)
             if switches_inplace_off:
                 return
+            if _judged_by_graph(ctx, reg):
+                continue
             seen.add(id(reg.call))
             kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
             hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
@@ -226,6 +233,23 @@ class FullHookOnCallerModule(Rule):
                      "module.",
                 related=related,
             )
+
+
+def _judged_by_graph(ctx: FileContext, reg: Registration) -> bool:
+    """Another checked file builds the caller's model and the graph links it
+    here: an in-place op after a module this registration certainly hooks is
+    HKL403's (reported there, with the op); no in-place op after any module
+    the project can hook here (every call linked) proves the risk absent."""
+    from hooklint.graph.linked import all_pairs, full_hook_breaker, hooked_pairs, links_for
+
+    links = links_for(ctx, reg.call)
+    if not links:
+        return False
+    if any(full_hook_breaker(module) is not None for _, module in hooked_pairs(links)):
+        return True
+    every = all_pairs(links)
+    return every is not None and bool(every) and all(
+        model.autograd and full_hook_breaker(module) is None for model, module in every)
 
 
 def _runs_forward_itself(ctx: FileContext, reg: Registration) -> bool:

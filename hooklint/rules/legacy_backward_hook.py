@@ -212,7 +212,7 @@ class LegacyBackwardHook(Rule):
             reg = group[0]
             target = reg.describe_target() if len(group) == 1 else _helper_target(group)
             message = (f"`{reg.method_name}` on {target} is the legacy backward hook: it binds to the last autograd "
-                       f"op of the module's forward, not to the module")
+                       f"op of the module's forward, not to the module") + _graph_note(ctx, group)
             fix = _least_safe([self.rename_fix(ctx, r) for r in group])
             yield self.finding(
                 ctx,
@@ -301,6 +301,17 @@ def _inplace_after(ctx: FileContext, reg: Registration) -> _Inplace:
     from hooklint.graph.link import modules_for  # on first use: most runs never get here
 
     pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
+    if not pairs and reg.receiver_origin is None:
+        # the caller's model, built by another checked file
+        from hooklint.graph.linked import all_pairs, hooked_pairs, links_for
+
+        links = links_for(ctx, reg.call)
+        if any(m.output_inplace is not None or m.input_inplace is not None for _, m in hooked_pairs(links)):
+            return _Inplace.IN_GRAPH
+        every = all_pairs(links)
+        if every and all(model.autograd and module.path and module.output_inplace is None
+                         and module.input_inplace is None for model, module in every):
+            return _Inplace.NONE_IN_GRAPH
     if not pairs:
         return _Inplace.IN_SOURCE if _inplace_in_source(ctx, reg) else _Inplace.UNKNOWN
     if any(module.output_inplace is not None or module.input_inplace is not None for _, module in pairs):
@@ -308,6 +319,40 @@ def _inplace_after(ctx: FileContext, reg: Registration) -> _Inplace:
     if all(model.autograd and module.path for model, module in pairs):
         return _Inplace.NONE_IN_GRAPH
     return _Inplace.UNKNOWN
+
+
+def _graph_note(ctx: FileContext, group: list[Registration]) -> str:
+    """What the model graph says about the modules the hook lands on: all of
+    them single ops whose grad_input starts with the module's input gradient
+    (legacy-safe: deprecated, not wrong), or an in-place op after one (a full
+    backward hook there would fail the forward)."""
+    from hooklint.graph.link import modules_for
+    from hooklint.graph.linked import all_pairs, hooked_pairs, links_for, via_text
+
+    reg = group[0]
+    if reg.is_global or reg.receiver is None or len(group) > 1:
+        return ""
+    pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
+    links = [] if reg.receiver_origin is not None else links_for(ctx, reg.call)
+    every = pairs or all_pairs(links) or []
+    hooked = pairs or hooked_pairs(links)
+    note = ""
+    if every and all(m.bound is not None and m.legacy_safe for _, m in every):
+        places = sorted({(model.class_name, m.path, m.class_name) for model, m in every})
+        shown = ", ".join(f"`{path}` ({cls}) of {owner}" if path else f"{owner}" for owner, path, cls in places[:3])
+        more = f" and {len(places) - 3} more" if len(places) > 3 else ""
+        note = (f"; legacy-safe here: on every module it is registered on ({shown}{more}) it binds to one op "
+                f"whose grad_input starts with the module's input gradient")
+    for model, module in hooked:
+        op = module.output_inplace or module.input_inplace
+        if op is None:
+            continue
+        where = f" ({op.where()})" if op.where() else ""
+        place = f"`{module.path}` ({module.class_name}, in {model.class_name})" if module.path else model.class_name
+        what = (f"{op.name}{where} modifies its output in place" if module.output_inplace is not None else
+                f"it modifies its input in place ({op.name}{where})")
+        return note + f"; a full backward hook would make the forward fail on {place}: {what}" + via_text(links, model)
+    return note
 
 
 def _inplace_in_source(ctx: FileContext, reg: Registration) -> bool:

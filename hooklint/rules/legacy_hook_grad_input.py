@@ -43,6 +43,10 @@ class LegacyHookGradInput(Rule):
     graph shows to be a single op on its input (so that `grad_input` starts
     with the gradient of the module's input, as for `nn.Conv2d` or a module
     computing `x / 4`) is not reported: it is deprecated (HKL101), not wrong.
+    This holds across files too: a hook a library registers on a module its
+    caller passes is judged on the models the project's scripts build
+    (docs/graph.md, "Hooks on models other files build"), and dropped only
+    when every call in the checked files is linked.
 
     ## Known problems
     Statically, the rule says the gradient is wrong (an error) only where the
@@ -226,13 +230,30 @@ class LegacyHookGradInput(Rule):
 
         receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
         pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
+        links = []
+        if reg.receiver_origin is None:
+            from hooklint.graph.linked import links_for
+
+            links = links_for(ctx, reg.call)
+        if not pairs and links:
+            # the caller's model, built by another checked file (an explainer, a K-FAC optimizer)
+            from hooklint.graph.linked import all_pairs, hooked_pairs
+
+            every = all_pairs(links)
+            if every and all(m.bound is not None and m.legacy_safe for _, m in every):
+                return None  # every module the project hooks here is a single op taking its input first
+            pairs = [(model, m) for model, m in hooked_pairs(links) if m.bound is not None]
         unsafe = [(model, m) for model, m in pairs if not m.legacy_safe]
-        if pairs and not unsafe:
+        if pairs and not unsafe and (not links or all_complete(links)):
             return None  # the graph shows grad_input starts with the module's input gradients
         module = reg.receiver_module
         severity = None
         if unsafe:
             message = _graph_message(reg, gi, what, *unsafe[0], ctx.path)
+            if links:
+                from hooklint.graph.linked import via_text
+
+                message += via_text(links, unsafe[0][0])
             origin = Origin.GRAPH
         else:
             verdict = forward.legacy_verdict(module)
@@ -289,6 +310,10 @@ class LegacyHookGradInput(Rule):
                     f"`{gi}` holds that op's input gradients, not the module's")
         return (f"{head}, but {target} is not a single autograd op: `{gi}` holds the input gradients of the "
                 f"last op its forward runs, not the module's")
+
+
+def all_complete(links) -> bool:
+    return all(link.complete for link in links)
 
 
 def grad_input_uses(ctx: FileContext, reg: Registration, gi: str) -> list[ast.Name]:
