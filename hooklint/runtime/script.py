@@ -34,10 +34,16 @@ def check_target(script: str | None, module: str | None) -> None:
                                  f"(`jupyter nbconvert --to script {script}`), or check it with `hooklint check`")
         return
     assert module is not None
+    # as `python -m` looks: from the working folder first (which hooklint's
+    # own start took off sys.path, see hooklint.safe_path)
+    saved = sys.path[:]
+    sys.path.insert(0, os.getcwd())
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError) as exc:
         raise ScriptNotFound(f"{module}: cannot find module ({exc})") from None
+    finally:
+        sys.path[:] = saved
     if spec is None:
         raise ScriptNotFound(f"No module named {module}")
 
@@ -49,7 +55,7 @@ def run_main(script: str | None, module: str | None, args: list[str]) -> Outcome
     becomes the exit code; another uncaught exception is printed by
     ``sys.excepthook`` without hooklint's frames, and gives exit code 1.
     """
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
     try:
         if script is not None:
             sys.argv = [script, *args]
@@ -69,8 +75,7 @@ def run_main(script: str | None, module: str | None, args: list[str]) -> Outcome
         return Outcome(1, exc)
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -80,10 +85,10 @@ def run_main(script: str | None, module: str | None, args: list[str]) -> Outcome
 
 
 def _set_path0(path: str) -> None:
-    if sys.path:
-        sys.path[0] = path
-    else:
-        sys.path.insert(0, path)
+    # Python puts the script's folder (or, for -m, the working folder) in
+    # front of the rest of sys.path; hooklint's own start has no such entry
+    # to replace (hooklint.safe_path), so it is added
+    sys.path.insert(0, path)
 
 
 def _exit_code(code: object) -> int:

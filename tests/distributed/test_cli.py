@@ -149,7 +149,7 @@ def test_ranks_die_with_a_killed_launcher(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     try:
         assert _wait_ready(tmp_path, 2), "the ranks never got ready"
-        launchers = [pid for pid in survivors(marker) if b"torch.distributed.run" in
+        launchers = [pid for pid in survivors(marker) if b"hooklint.runtime.loopback_launcher" in
                      open(f"/proc/{pid}/cmdline", "rb").read()]
         assert len(launchers) == 1
         os.kill(launchers[0], signal.SIGKILL)

@@ -154,13 +154,16 @@ def test_plugin_does_not_import_torch_without_the_option(pytester):
 
 
 BROKEN_RUNTIME = """
+import pytest
 import torch
 from hooklint.runtime.core import RUNTIME
 
 def explain(*args, **kwargs):
     raise KeyError("a bug in hooklint")
 
-RUNTIME.explain_exception = explain
+@pytest.fixture(autouse=True)
+def broken(monkeypatch):  # undone after each test: pytester runs in this very process
+    monkeypatch.setattr(RUNTIME, "explain_exception", explain)
 
 def test_fails_on_its_own():
     raise ValueError("the test's own failure")
