@@ -621,9 +621,14 @@ def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage
 
 
 def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """One file's proofs, in the process forked for them."""
+    """One file's proofs, or one run of a program (``"kind": "program"``,
+    :mod:`hooklint.fix.program`), in the process forked for it."""
     from hooklint.graph.guard import Guard
 
+    if request.get("kind") == "program":
+        from hooklint.fix.program import run_program
+
+        return run_program(request, send)
     guard = Guard(os.environ.get("HOOKLINT_SCRATCH"))
 
     def stage(what: str) -> None:
@@ -652,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
     from hooklint.graph.worker import warm_up
 
     warm_up()
+    import hooklint.fix.program  # noqa: F401 - once, here, rather than in each run's process
 
     serve_requests(start, handle_request)
     start.close()

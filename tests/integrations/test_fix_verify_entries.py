@@ -1,0 +1,331 @@
+"""`--verify` proves a fix by running what the user runs (hooklint.fix.entries,
+hooklint.fix.program): the file's `__main__` block, a project script or a
+pytest test that imports it, a `verify-entry` command; the original and the
+fixed program run in the proof worker's sandbox, and where none can run the
+notice says the fix was proven on the built model only, and why.
+
+Real torch, tiny models; each test shares one project between its runs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+torch_tests = [pytest.mark.torch, pytest.mark.slow]
+
+NET = '''\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.layer(x))
+'''
+
+# the reviewer's case: the in-place op after the hooked layer is in a helper of another module
+HELPERS = '''\
+import torch
+
+
+def step(model, x):
+    out = model.layer(x)
+    out.relu_()
+    logits = model.head(out)
+    logits.mul_(2)
+    return logits.sum()
+'''
+
+TRAIN = '''\
+import torch
+
+from helpers import step
+from models import Net
+
+grads = []
+input_grads = []
+
+
+def save(module, grad_input, grad_output):
+    grads.append(grad_output[0])
+
+
+def save_input(module, grad_input, grad_output):
+    input_grads.append(grad_input[0])
+
+
+net = Net()
+net.layer.register_backward_hook(save)
+net.head.register_backward_hook(save_input)
+
+if __name__ == "__main__":
+    for _ in range(2):
+        step(net, torch.randn(3, 4)).backward()
+    print("ran", len(grads), len(input_grads))
+'''
+
+
+def hooklint(cwd, *args, **kw):
+    return run_cli("check", "--select", "HKL101", *args, cwd=cwd, timeout=300, **kw)
+
+
+def project(root: Path, files: dict[str, str], config: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text("[tool.hooklint]\n" + config)
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def run_script(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, path.name], cwd=path.parent, capture_output=True, text=True, timeout=300)
+
+
+def notices(r: subprocess.CompletedProcess) -> str:
+    return "\n".join(line for line in r.stderr.splitlines() if "importing your code" not in line)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_rename_that_crashes_the_script_is_not_verified(tmp_path):
+    root = project(tmp_path, {"models.py": NET, "helpers.py": HELPERS, "train.py": TRAIN})
+    train = root / "train.py"
+    assert run_script(train).stdout.strip() == "ran 2 2"
+    # the built model alone does not reach the in-place op: HKL101 offers the rename, and without
+    # --verify it is applied -- and the script then crashes in the helper
+    hooklint(root, "--fix", "--unsafe-fixes", "train.py")
+    assert "net.layer.register_full_backward_hook(save)" in train.read_text()
+    crashed = run_script(train)
+    assert crashed.returncode != 0
+    assert "Output 0 of BackwardHookFunction is a view and is being modified inplace" in crashed.stderr
+    train.write_text(TRAIN)
+
+    r = hooklint(root, "--diff", "--verify", "--unsafe-fixes", "train.py")
+    text = notices(r)
+    assert train.read_text() == TRAIN
+    # `save` uses only grad_output: the output tensor hook is proven in the rename's place, and offered
+    assert "-net.layer.register_backward_hook(save)" in r.stdout
+    assert "+net.layer.register_forward_hook(output_grad_hook(save))" in r.stdout
+    assert "register_full_backward_hook" not in r.stdout
+    assert ("train.py: HKL101 fix at 19:11 changed to the output tensor hook, which is verified by running "
+            "`train.py`'s __main__ block (the fix offered first failed its proof: `train.py`'s __main__ block fails "
+            "with the fix: RuntimeError: Output 0 of BackwardHookFunction is a view and is being modified inplace. "
+            "(helpers.py:6: out.relu_())): it runs as it does without the fix, and `save` receives the same "
+            "grad_output in both of its calls (on Linear)") in text, text
+    # `save_input` reads grad_input: no tensor hook can carry it, and the rename fails: nothing is offered
+    assert ("train.py: HKL101 fix at 20:10 not applied: its proof failed: `train.py`'s __main__ block fails with "
+            "the fix: RuntimeError: Output 0 of BackwardHookFunction is a view") in text, text
+    assert "Would fix 1 finding in 1 file." in r.stderr
+
+    # the verdicts are cached: with a torch that cannot be imported, the same answer
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text("raise ImportError('no torch in this test')\n")
+    cached = hooklint(root, "--diff", "--verify", "--unsafe-fixes", "train.py",
+                      env={"PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])})
+    assert cached.stdout == r.stdout and notices(cached) == text
+    # ... by the content of the modules the run imported: without the in-place op, the rename runs
+    (root / "helpers.py").write_text(HELPERS.replace("out.relu_()", "out = out.relu()"))
+    # (`save_input`'s rename still fails: `logits.mul_(2)` follows the head)
+    again = hooklint(root, "--diff", "--verify", "--unsafe-fixes", "train.py")
+    assert "+net.layer.register_full_backward_hook(save)" in again.stdout
+    assert "train.py: HKL101 fix at 19:11 verified by running `train.py`'s __main__ block: it runs as it does " \
+           "without the fix, and `save` receives the same grad_output in both of its calls (on Linear)" \
+           in again.stderr, again.stderr
+    (root / "helpers.py").write_text(HELPERS)
+
+    # applied with --fix --verify, the script still runs and the hook still gets its gradients
+    hooklint(root, "--fix", "--verify", "--unsafe-fixes", "train.py")
+    assert "net.layer.register_forward_hook(output_grad_hook(save))" in train.read_text()
+    ran = run_script(train)
+    assert ran.returncode == 0 and ran.stdout.strip() == "ran 2 2", ran.stderr
+
+
+ENTRY_CLASS = '''\
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.layer(x)))
+
+
+grads = []
+
+
+def save(module, grad_input, grad_output):
+    grads.append(grad_output[0])
+
+
+net = Net()
+net.layer.register_backward_hook(save)
+'''
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_an_entry_that_cannot_run_falls_back_to_the_built_model(tmp_path):
+    root = project(tmp_path, {
+        "data_main.py": ENTRY_CLASS + '\nif __name__ == "__main__":\n'
+                                      '    net(torch.load("data/train.pt")).sum().backward()\n',
+        "fetch_main.py": ENTRY_CLASS + '\nif __name__ == "__main__":\n'
+                                       '    import urllib.request\n'
+                                       '    urllib.request.urlopen("http://example.com/weights.pt").read()\n'
+                                       '    net(torch.randn(2, 4)).sum().backward()\n',
+        "slow_main.py": ENTRY_CLASS + '\nif __name__ == "__main__":\n'
+                                      '    import time\n'
+                                      '    time.sleep(120)\n',
+    })
+    r = hooklint(root, "--diff", "--verify", "--timeout", "8", ".")
+    text = notices(r)
+    built = ("the fixed code runs a forward and backward of Net() on float32[2, 4], and `save` receives the gradient "
+             "of its output on `layer` (Linear)")
+    assert ("data_main.py: HKL101 fix at 23:11 verified on the built model only (`data_main.py`'s __main__ block "
+            "fails without the fix too: FileNotFoundError: [Errno 2] No such file or directory: 'data/train.pt' "
+            "(data_main.py:26: net(torch.load(\"data/train.pt\")).sum().backward())): " + built) in text, text
+    assert ("fetch_main.py: HKL101 fix at 23:11 verified on the built model only (`fetch_main.py`'s __main__ block "
+            "fails in hooklint's sandbox without the fix too: Blocked: hooklint does not let model code open a URL "
+            "('http://example.com/weights.pt') (fetch_main.py:27)): " + built) in text, text
+    assert ("slow_main.py: HKL101 fix at 23:11 verified on the built model only (`slow_main.py`'s __main__ block "
+            "did not finish within the 8 s timeout, without the fix too): " + built) in text, text
+    assert "Would fix 3 findings in 3 files." in r.stderr
+
+
+MODULE = ENTRY_CLASS + '''
+
+def loss_of(x):
+    return net(x).sum()
+'''
+
+TESTS = '''\
+import torch
+
+from model import loss_of, grads
+
+
+def test_backward_reaches_the_hook():
+    loss_of(torch.randn(3, 4)).backward()
+    assert len(grads) == 1
+
+
+def test_arithmetic():
+    assert 1 + 1 == 2
+'''
+
+RUN_SCRIPT = '''\
+import argparse
+
+import torch
+
+from pkg.model import net, grads
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, required=True)
+args = parser.parse_args()
+for _ in range(args.steps):
+    net(torch.randn(2, 4)).sum().backward()
+assert len(grads) == args.steps
+'''
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_pytest_test_and_a_configured_entry(tmp_path):
+    # the module has no entry of its own: the project's test that imports it is run
+    root = project(tmp_path / "tested", {"model.py": MODULE, "tests/test_model.py": TESTS})
+    r = hooklint(root, "--fix", "--verify", "model.py")
+    assert ("model.py: HKL101 fix at 23:11 verified by running `pytest tests/test_model.py::"
+            "test_backward_reaches_the_hook`: it runs as it does without the fix, and `save` receives the same "
+            "grad_output in its one call (on Linear); on the built model too:") in r.stderr, r.stderr
+    assert "net.layer.register_full_backward_hook(save)" in (root / "model.py").read_text()
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stdout
+
+    # a command of `verify-entry` (its script needs arguments: its __main__ alone could not run)
+    other = project(tmp_path / "configured", {"pkg/__init__.py": "", "pkg/model.py": ENTRY_CLASS,
+                                              "scripts/run.py": RUN_SCRIPT},
+                    'verify-entry = ["python -m scripts.run --steps 2"]\n')
+    r = hooklint(other, "--diff", "--verify", "pkg/model.py")
+    assert ("pkg/model.py: HKL101 fix at 23:11 verified by running `python -m scripts.run --steps 2` (verify-entry): "
+            "it runs as it does without the fix, and `save` receives the same grad_output in both of its calls "
+            "(on Linear)") in r.stderr, r.stderr
+
+
+def test_a_verify_entry_hooklint_cannot_run_is_a_configuration_error(tmp_path):
+    root = project(tmp_path, {"model.py": "x = 1\n"}, 'verify-entry = "make train"\n')
+    r = hooklint(root, "model.py")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "`verify-entry`: `make train` is not a Python command hooklint can run in its sandbox" in r.stderr
+
+
+SANDBOXED = ENTRY_CLASS + '''
+
+if __name__ == "__main__":
+    import os
+    import tempfile
+
+    import helper
+
+    # scratch is writable (and private to the run)
+    with open(os.path.join(tempfile.gettempdir(), "marker-7d1c.txt"), "w") as handle:
+        handle.write("written by the proof")
+    # the project is not
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "out-7d1c.txt"), "w") as handle:
+            handle.write("must not happen")
+    except OSError:
+        pass
+    else:
+        raise SystemExit("the project was writable")
+    helper.run(net)
+'''
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_proof_writes_nothing_outside_scratch(tmp_path):
+    root = project(tmp_path / "proj", {"model.py": SANDBOXED,
+                                       "helper.py": "import torch\n\n\ndef run(net):\n"
+                                                    "    net(torch.randn(2, 4)).sum().backward()\n"})
+
+    def tree() -> dict[str, tuple[bytes, int]]:
+        out = {}
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != ".hooklint_cache"]
+            for name in files:
+                path = os.path.join(folder, name)
+                out[os.path.relpath(path, root)] = (Path(path).read_bytes(), os.stat(path).st_mtime_ns)
+        return out
+
+    before = tree()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    r = hooklint(root, "--diff", "--verify", "model.py", env={"TMPDIR": str(temp)})
+    assert ("model.py: HKL101 fix at 23:11 verified by running `model.py`'s __main__ block: it runs as it does "
+            "without the fix, and `save` receives the same grad_output in its one call") in r.stderr, r.stderr
+    # the user's tree is byte for byte and time for time what it was: no fixed file, no bytecode, no output
+    assert tree() == before
+    # the scratch folders are gone, and what the program wrote there went with them
+    assert list(temp.iterdir()) == []
+    assert not [p for p in tmp_path.rglob("marker-7d1c.txt")]
