@@ -330,4 +330,6 @@ def _importers(target: str, project: ProjectFiles, limit: int) -> list[Entry]:
             tests.append(_pytest_entry(candidate, project.root, test_ids(tree, _rel(candidate, project.root), names)))
         elif main_block(tree) is not None:
             scripts.append(Entry("script", f"`{_rel(candidate, project.root)}`'s __main__ block", real, (), (real,)))
+    # tests that name what they use first: a whole file runs more than the hooked code
+    tests.sort(key=lambda e: "::" not in e.args[0] if e.args else True)
     return (scripts + tests)[:limit]

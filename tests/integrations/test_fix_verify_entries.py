@@ -329,3 +329,131 @@ def test_the_proof_writes_nothing_outside_scratch(tmp_path):
     # the scratch folders are gone, and what the program wrote there went with them
     assert list(temp.iterdir()) == []
     assert not [p for p in tmp_path.rglob("marker-7d1c.txt")]
+
+
+# -- without torch: which programs, the probes, the comparison -----------------------------------------------
+
+
+def test_verify_entry_commands():
+    from hooklint.fix.entries import EntryError, parse_command
+
+    root = Path("/project")
+    script = parse_command("python train.py --epochs 1", root)
+    assert (script.kind, script.target, script.args) == ("script", "/project/train.py", ("--epochs", "1"))
+    assert script.label == "`python train.py --epochs 1` (verify-entry)"
+    assert parse_command("train.py", root).kind == "script"
+    module = parse_command("python3 -m pkg.train --steps 2", root)
+    assert (module.kind, module.target, module.args) == ("module", "pkg.train", ("--steps", "2"))
+    assert parse_command("pytest tests -k hook", root).args == ("tests", "-k", "hook")
+    assert parse_command("python -m pytest tests", root).kind == "pytest"
+    for bad in ["make train", "bash run.sh", "python -c 'print(1)'", "python -m", "python -m 'not a module'",
+                "python 'unclosed"]:
+        with pytest.raises(EntryError):
+            parse_command(bad, root)
+
+
+def _entries(root: Path, name: str, rows=(1, 1), **config):
+    import ast
+    from types import SimpleNamespace
+
+    from hooklint.config import DEFAULT_EXCLUDES
+    from hooklint.fix.entries import ProjectFiles, entries_for
+
+    cfg = SimpleNamespace(root=root, verify_entry=config.get("verify_entry", []))
+    path = root / name
+    return entries_for(str(path), ast.parse(path.read_text()), rows, cfg,
+                       ProjectFiles(root, list(DEFAULT_EXCLUDES)))
+
+
+def test_entries_of_a_file(tmp_path):
+    root = project(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/model.py": "import torch.nn as nn\n\nnet = nn.Linear(2, 2)\n",
+        "pkg/tests/__init__.py": "",
+        "pkg/tests/test_rel.py": "from ..model import net\n\n\ndef test_uses():\n    net\n\n\ndef test_other():\n    pass\n",
+        "tests/test_model.py": "from pkg import model\n\n\ndef test_a():\n    model.net\n\n\n"
+                               "class TestB:\n    def test_b(self):\n        model.net\n",
+        "tests/test_fixture_only.py": "import pytest\nfrom pkg.model import net\n\n\n@pytest.fixture\n"
+                                      "def n():\n    return net\n\n\ndef test_n(n):\n    pass\n",
+        "tests/test_unrelated.py": "import model_of_someone_else\n\n\ndef test_x():\n    pass\n",
+        "scripts/train.py": "from pkg.model import net\n\nif __name__ == '__main__':\n    net\n",
+        "scripts/no_main.py": "from pkg.model import net\n",
+        "script.py": "import torch\n\ndef main():\n    pass\n\nmain()\n",
+        "lib.py": "import torch\n\nnet = torch.nn.Linear(2, 2)\nout = net(torch.ones(2))\n",
+        ".venv/lib/test_vendored.py": "from pkg.model import net\n",
+    })
+    found = _entries(root, "pkg/model.py", verify_entry=["python -m pkg.run"])
+    assert [e.label for e in found.entries] == [
+        "`python -m pkg.run` (verify-entry)",
+        "`scripts/train.py`'s __main__ block",
+        "`pytest tests/test_model.py (2 tests)`",
+        "`pytest pkg/tests/test_rel.py::test_uses`",
+        "`pytest tests/test_fixture_only.py`",
+    ]
+    assert found.entries[2].args == ("tests/test_model.py::test_a", "tests/test_model.py::TestB::test_b")
+    assert found.entries[4].args == ("tests/test_fixture_only.py",)
+    # a script with top-level code that runs a model, a module that only builds one, nothing at all
+    assert [e.label for e in _entries(root, "script.py").entries] == ["`script.py` (a script)"]
+    assert _entries(root, "lib.py").entries == []
+    assert "no `__main__` block" in _entries(root, "lib.py").none_because
+    # a test file is its own entry: the test holding the registration
+    (root / "tests" / "test_hooks.py").write_text("def test_one():\n    x = 1\n\n\ndef test_two():\n    y = 2\n")
+    own = _entries(root, "tests/test_hooks.py", rows=(6, 6)).entries[0]
+    assert own.kind == "pytest" and own.args == ("tests/test_hooks.py::test_two",)
+
+
+def test_the_probe_sits_inside_the_fix():
+    from hooklint.fix.verify import _probed
+
+    text = "net.layer.register_backward_hook(save)\n"
+    start = text.index("save")
+    hook = (start, start + 4, 0)
+    assert _probed(text, [], [hook]) == "net.layer.register_backward_hook(__hooklint_probe__(0, save))\n"
+    rename = [(text.index("register"), start - 1, "register_full_backward_hook")]
+    assert _probed(text, rename, [hook]) == \
+        "net.layer.register_full_backward_hook(__hooklint_probe__(0, save))\n"
+    output_hook = [(text.index("register"), start - 1, "register_forward_hook"), (start, start, "output_grad_hook("),
+                   (start + 4, start + 4, ")")]
+    assert _probed(text, output_hook, [hook]) == \
+        "net.layer.register_forward_hook(output_grad_hook(__hooklint_probe__(0, save)))\n"
+    # a fix that rewrites the hook expression itself cannot be followed
+    assert _probed(text, [(start, start + 4, "other")], [hook]) is None
+
+
+def _run(counts, calls, returned=None, outcome="ok"):
+    return {"outcome": outcome, "registered": {"0": 1}, "counts": {"0": counts}, "calls": {"0": calls},
+            "returned": {"0": returned} if returned is not None else {}}
+
+
+def _call(values, module="Linear"):
+    return {"module": module, "grad_input": None,
+            "grad_output": {"shape": [len(values)], "dtype": "float32", "sum": sum(values),
+                            "abs": sum(abs(v) for v in values), "sample": values}}
+
+
+def test_the_fixed_run_is_compared_with_the_original():
+    from hooklint.fix.verify import judge_runs
+
+    program = {"id": 0, "hook_name": "save", "row": 9}
+    label = "`train.py`'s __main__ block"
+    original = _run(2, [_call([1.0, 2.0]), _call([3.0, 4.0])])
+    same = judge_runs(original, _run(2, [_call([1.0, 2.0]), _call([3.0, 4.0 + 1e-7])]), program, label)
+    assert same.status == "verified" and same.hook_ran
+    assert same.detail == ("it runs as it does without the fix, and `save` receives the same grad_output in both of "
+                           "its calls (on Linear)")
+    off = judge_runs(original, _run(2, [_call([1.0, 2.0]), _call([3.0, 4.5])]), program, label)
+    assert off.status == "failed" and "in call 2 (Linear) is not the one it received before: values off by up " \
+                                      "to 0.5" in off.detail
+    fewer = judge_runs(original, _run(1, [_call([1.0, 2.0])]), program, label)
+    assert fewer.status == "failed" and fewer.detail == "`save` runs 1 time when `train.py`'s __main__ block runs " \
+                                                        "with the fix, 2 without it"
+    failing = judge_runs(original, {"outcome": "error", "detail": "RuntimeError: boom (helpers.py:6)"}, program, label)
+    assert failing.status == "failed" and failing.detail == \
+        "`train.py`'s __main__ block fails with the fix: RuntimeError: boom (helpers.py:6)"
+    slow = judge_runs(original, {"outcome": "timeout", "detail": "did not finish within the 5 s timeout"}, program,
+                      label)
+    assert slow.status == "unverified"
+    # a hook that returns a value changes the gradients after it: only the calls up to there must match
+    returning = judge_runs(_run(2, [_call([1.0]), _call([2.0])], returned=0),
+                           _run(2, [_call([1.0]), _call([7.0])], returned=0), program, label)
+    assert returning.status == "verified" and "the first 1 compared" in returning.detail
