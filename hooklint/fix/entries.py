@@ -162,6 +162,7 @@ class ProjectFiles:
     pythonpath: tuple[str, ...] = ()
     _files: list[str] | None = None
     _texts: dict[str, str | None] = field(default_factory=dict)
+    importers: dict[tuple[str, int], list[Entry]] = field(default_factory=dict)  # (file, limit) -> entries
     truncated: bool = False
 
     def files(self) -> list[str]:
@@ -265,6 +266,17 @@ def _pytest_entry(path: str, root: Path, ids: list[str]) -> Entry:
     return Entry("pytest", f"`pytest {shown}`", "", tuple(ids) if ids else (rel,), (os.path.realpath(path),))
 
 
+def _main_entry(path: str, label: str, root: Path, pythonpath: Iterable[str]) -> Entry:
+    """A file's ``__main__``: ``python path`` for a script, ``python -m pkg.mod``
+    for a module of a package (its relative imports need the package)."""
+    from hooklint.graph.roots import file_roots
+
+    module = file_roots(path, root, tuple(pythonpath)).module_name
+    if module and not path.endswith("__init__.py"):
+        return Entry("module", f"{label} (`python -m {module}`)", module, (), (path,))
+    return Entry("script", label, path, (), (path,))
+
+
 @dataclass
 class Entries:
     entries: list[Entry]
@@ -291,14 +303,17 @@ def entries_for(path: str, tree: ast.Module, rows: tuple[int, int], config, proj
     real = os.path.realpath(path)
     name = os.path.basename(path)
     if main_block(tree) is not None:
-        out.append(Entry("script", f"`{name}`'s __main__ block", real, (), (real,)))
+        out.append(_main_entry(real, f"`{name}`'s __main__ block", root, project.pythonpath))
     elif runs_at_top_level(tree):
-        out.append(Entry("script", f"`{name}` (a script)", real, (), (real,)))
+        out.append(_main_entry(real, f"`{name}` (a script)", root, project.pythonpath))
     if is_test_file(path):
         ids = test_ids(tree, _rel(path, root), None, rows)
         out.append(_pytest_entry(path, root, ids))
     if len(out) < limit:
-        out += _importers(real, project, limit - len(out))
+        key = (real, limit - len(out))
+        if key not in project.importers:
+            project.importers[key] = _importers(real, project, limit - len(out))
+        out += project.importers[key]
     return Entries(out[:limit], "" if out else NO_ENTRY, errors)
 
 
@@ -329,7 +344,8 @@ def _importers(target: str, project: ProjectFiles, limit: int) -> list[Entry]:
         if test:
             tests.append(_pytest_entry(candidate, project.root, test_ids(tree, _rel(candidate, project.root), names)))
         elif main_block(tree) is not None:
-            scripts.append(Entry("script", f"`{_rel(candidate, project.root)}`'s __main__ block", real, (), (real,)))
+            scripts.append(_main_entry(real, f"`{_rel(candidate, project.root)}`'s __main__ block", project.root,
+                                       project.pythonpath))
     # tests that name what they use first: a whole file runs more than the hooked code
     tests.sort(key=lambda e: "::" not in e.args[0] if e.args else True)
     return (scripts + tests)[:limit]

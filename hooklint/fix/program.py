@@ -32,7 +32,7 @@ import os
 import sys
 import types
 from collections import Counter
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 PROBE = "__hooklint_probe__"
 MAX_RECORDED_CALLS = 32  # per probe: the first calls are compared value by value, the rest counted
@@ -258,11 +258,18 @@ def _run_script(path: str, args: list[str], texts: dict[str, str]) -> dict[str, 
     return {"outcome": "ok"}
 
 
-def _run_module(module: str, args: list[str]) -> dict[str, Any]:
+def _run_module(module: str, args: list[str], files: list[str]) -> dict[str, Any]:
     import runpy
+    from pathlib import Path
+
+    from hooklint.graph.roots import package_root
 
     sys.argv = [module, *args]
     sys.path.insert(0, os.getcwd())
+    for path in files:  # the folder above its top package (an installed or src-layout package)
+        top = str(package_root(Path(path))[1])
+        if top not in sys.path:
+            sys.path.insert(1, top)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
@@ -331,13 +338,27 @@ def run_entry(entry: dict[str, Any], texts: dict[str, str]) -> dict[str, Any]:
     if kind == "script":
         return _run_script(entry["target"], args, texts)
     if kind == "module":
-        return _run_module(entry["target"], args)
+        return _run_module(entry["target"], args, list(entry.get("files", [])))
     return _run_pytest(args)
 
 
-def user_deps(roots: list[str], before: set[str], overrides: dict[str, str]) -> dict[str, str]:
-    """The digest of each of the user's modules this run imported (the file on
-    disk, also for the file whose text was served)."""
+def _module_file(entry: dict[str, Any]) -> list[str]:
+    """The file ``python -m module`` ran (as ``__main__``: no module of its own)."""
+    if entry.get("kind") != "module":
+        return []
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(entry["target"])
+    except (ImportError, ValueError, AttributeError):
+        return []
+    return [spec.origin] if spec is not None and spec.origin and spec.origin.endswith(".py") else []
+
+
+def user_deps(roots: list[str], before: set[str], also: Iterable[str]) -> dict[str, str]:
+    """The digest of each of the user's modules this run imported, and of the
+    files in ``also`` (the file whose text was served: its digest on disk; the
+    entry's own files: a script runs as ``__main__``, which is no new module)."""
     from hooklint.graph.cache import file_digest
 
     prefixes = tuple(os.path.realpath(r) + os.sep for r in roots)
@@ -352,7 +373,7 @@ def user_deps(roots: list[str], before: set[str], overrides: dict[str, str]) -> 
         digest = file_digest(real)
         if digest:
             out[real] = digest
-    for path in overrides:
+    for path in also:
         digest = file_digest(path)
         if digest:
             out[os.path.realpath(path)] = digest
@@ -403,6 +424,7 @@ def run_program(request: dict[str, Any], send: Callable[[dict[str, Any]], None])
             stamps[path] = None  # missing (a data file not there yet): the verdict holds until it appears
             continue
         stamps[path] = [info.st_mtime_ns, info.st_size]
-    return {**outcome, **recorder.to_dict(), "deps": user_deps(roots, before, texts), "reads": stamps,
+    deps = user_deps(roots, before, [*texts, *entry.get("files", []), *_module_file(entry)])
+    return {**outcome, **recorder.to_dict(), "deps": deps, "reads": stamps,
             "reads_complete": not reads.overflow,
             "texts": {p: hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for p, t in texts.items()}}

@@ -627,6 +627,12 @@ def _unusable(original: dict[str, Any], program: dict[str, Any], label: str) -> 
     return f"{label} could not run: {detail}"
 
 
+# What a run says, once, before the first program runs (as the graph layer does before it imports code).
+RUN_NOTICE = ("hooklint: --verify runs {what} (and other programs that reach a fix) with and without each fix, in the "
+              "proof worker's sandbox: no network, your files are not written, a time limit; `verify-entry` in "
+              "[tool.hooklint] names what to run")
+
+
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -635,8 +641,9 @@ class Programs:
     """Proofs by running programs, for one ``--verify`` run: each entry runs once
     without the fix per file (all of its registrations probed), once with each fix."""
 
-    def __init__(self, prover: Prover):
+    def __init__(self, prover: Prover, announce: Callable[[str], None] | None = None):
         self.prover = prover
+        self.announce = announce
         self.originals: dict[tuple, dict[str, Any]] = {}
         self.runs_by_file: dict[str, int] = {}
 
@@ -646,6 +653,9 @@ class Programs:
             if self.runs_by_file.get(plan.path, 0) >= MAX_PROGRAM_RUNS:
                 return None
             self.runs_by_file[plan.path] = self.runs_by_file.get(plan.path, 0) + 1
+            if self.announce is not None:
+                self.announce(RUN_NOTICE.format(what=entry.label))
+                self.announce = None
             self.originals[key] = self.prover.run_program(entry.to_request(), {plan.path: plan.original_text}, False)
         return self.originals[key]
 
@@ -756,8 +766,9 @@ def _decide(prover: Prover, programs: Programs, plan: _FilePlan, item: _Planned)
 
 
 def verify_fixes(findings: Iterable[Finding], *, allowed, locate: Callable[[str], str], graph_facts: dict[str, Any],
-                 config, use_cache: bool = True) -> Verification:
-    """A verdict for every fix that ``--fix`` / ``--diff`` would apply."""
+                 config, use_cache: bool = True, announce: Callable[[str], None] | None = None) -> Verification:
+    """A verdict for every fix that ``--fix`` / ``--diff`` would apply.
+    ``announce(line)``: said once, before the first of the user's programs runs."""
     from hooklint.fix.entries import ProjectFiles
     from hooklint.fix.files import SourceFile
     from hooklint.static.source import SourceError
@@ -769,7 +780,7 @@ def verify_fixes(findings: Iterable[Finding], *, allowed, locate: Callable[[str]
             by_path.setdefault(finding.path, []).append(finding)
             verification.findings[finding_key(finding)] = finding
     prover = Prover(config, use_cache=use_cache)
-    programs = Programs(prover)
+    programs = Programs(prover, announce)
     project = ProjectFiles(Path(config.root), config.excludes(), getattr(config, "respect_gitignore", True),
                            tuple(getattr(config, "pythonpath", [])))
     try:

@@ -96,7 +96,9 @@ def run_script(path: Path) -> subprocess.CompletedProcess:
 
 
 def notices(r: subprocess.CompletedProcess) -> str:
-    return "\n".join(line for line in r.stderr.splitlines() if "importing your code" not in line)
+    """The verdicts: stderr without the lines that announce the code hooklint imports or runs."""
+    return "\n".join(line for line in r.stderr.splitlines()
+                     if "importing your code" not in line and not line.startswith("hooklint: --verify runs"))
 
 
 @pytest.mark.torch
@@ -117,6 +119,9 @@ def test_the_rename_that_crashes_the_script_is_not_verified(tmp_path):
     r = hooklint(root, "--diff", "--verify", "--unsafe-fixes", "train.py")
     text = notices(r)
     assert train.read_text() == TRAIN
+    # said before the user's program runs, as the graph layer says it imports code
+    assert ("hooklint: --verify runs `train.py`'s __main__ block (and other programs that reach a fix) with and "
+            "without each fix, in the proof worker's sandbox") in r.stderr
     # `save` uses only grad_output: the output tensor hook is proven in the rename's place, and offered
     assert "-net.layer.register_backward_hook(save)" in r.stdout
     assert "+net.layer.register_forward_hook(output_grad_hook(save))" in r.stdout
@@ -271,6 +276,15 @@ def test_a_pytest_test_and_a_configured_entry(tmp_path):
             "it runs as it does without the fix, and `save` receives the same grad_output in both of its calls "
             "(on Linear)") in r.stderr, r.stderr
 
+    # a module of a package with a __main__ block and a relative import: run as `python -m pkg.train`
+    main = ENTRY_CLASS.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nfrom .steps import STEPS\n") + (
+        '\nif __name__ == "__main__":\n    for _ in range(STEPS):\n        net(torch.randn(2, 4)).sum().backward()\n')
+    packaged = project(tmp_path / "packaged", {"pkg/__init__.py": "", "pkg/steps.py": "STEPS = 3\n",
+                                               "pkg/train.py": main})
+    r = hooklint(packaged, "--diff", "--verify", "pkg/train.py")
+    assert ("verified by running `train.py`'s __main__ block (`python -m pkg.train`): it runs as it does without the "
+            "fix, and `save` receives the same grad_output in all 3 of its calls (on Linear)") in r.stderr, r.stderr
+
 
 def test_a_verify_entry_hooklint_cannot_run_is_a_configuration_error(tmp_path):
     root = project(tmp_path, {"model.py": "x = 1\n"}, 'verify-entry = "make train"\n')
@@ -396,6 +410,11 @@ def test_entries_of_a_file(tmp_path):
     assert [e.label for e in _entries(root, "script.py").entries] == ["`script.py` (a script)"]
     assert _entries(root, "lib.py").entries == []
     assert "no `__main__` block" in _entries(root, "lib.py").none_because
+    # a module of a package runs as `python -m` (its relative imports need the package)
+    (root / "pkg" / "cli.py").write_text("from .model import net\n\nif __name__ == '__main__':\n    net\n")
+    own_main = _entries(root, "pkg/cli.py").entries[0]
+    assert (own_main.kind, own_main.target, own_main.label) == \
+        ("module", "pkg.cli", "`cli.py`'s __main__ block (`python -m pkg.cli`)")
     # a test file is its own entry: the test holding the registration
     (root / "tests" / "test_hooks.py").write_text("def test_one():\n    x = 1\n\n\ndef test_two():\n    y = 2\n")
     own = _entries(root, "tests/test_hooks.py", rows=(6, 6)).entries[0]
