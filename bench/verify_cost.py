@@ -2,7 +2,7 @@
 
     python bench/verify_cost.py [--repeat N]
 
-Two files, each written into a fresh temporary project:
+Four files, each written into a fresh temporary project:
 
 * ``gradcam``: a Grad-CAM-like script, a VGG-like model defined in the file
   and four legacy ``register_backward_hook`` registrations on its convolutions

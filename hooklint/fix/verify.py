@@ -628,8 +628,8 @@ def _unusable(original: dict[str, Any], program: dict[str, Any], label: str) -> 
 
 
 # What a run says, once, before the first program runs (as the graph layer does before it imports code).
-RUN_NOTICE = ("hooklint: --verify runs {what} (and other programs that reach a fix) with and without each fix, in the "
-              "proof worker's sandbox: no network, your files are not written, a time limit; `verify-entry` in "
+RUN_NOTICE = ("hooklint: --verify runs {what} (and other programs that reach a fix) with and without each fix, "
+              "confined as model code is (no network, your files are not written, a time limit); `verify-entry` in "
               "[tool.hooklint] names what to run")
 
 

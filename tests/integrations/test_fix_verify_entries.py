@@ -121,7 +121,7 @@ def test_the_rename_that_crashes_the_script_is_not_verified(tmp_path):
     assert train.read_text() == TRAIN
     # said before the user's program runs, as the graph layer says it imports code
     assert ("hooklint: --verify runs `train.py`'s __main__ block (and other programs that reach a fix) with and "
-            "without each fix, in the proof worker's sandbox") in r.stderr
+            "without each fix, confined as model code is") in r.stderr
     # `save` uses only grad_output: the output tensor hook is proven in the rename's place, and offered
     assert "-net.layer.register_backward_hook(save)" in r.stdout
     assert "+net.layer.register_forward_hook(output_grad_hook(save))" in r.stdout
