@@ -384,7 +384,8 @@ def test_entries_of_a_file(tmp_path):
         "pkg/__init__.py": "",
         "pkg/model.py": "import torch.nn as nn\n\nnet = nn.Linear(2, 2)\n",
         "pkg/tests/__init__.py": "",
-        "pkg/tests/test_rel.py": "from ..model import net\n\n\ndef test_uses():\n    net\n\n\ndef test_other():\n    pass\n",
+        "pkg/tests/test_rel.py": "from ..model import net\n\n\ndef test_uses():\n    net\n\n\n"
+                                 "def test_other():\n    pass\n",
         "tests/test_model.py": "from pkg import model\n\n\ndef test_a():\n    model.net\n\n\n"
                                "class TestB:\n    def test_b(self):\n        model.net\n",
         "tests/test_fixture_only.py": "import pytest\nfrom pkg.model import net\n\n\n@pytest.fixture\n"
