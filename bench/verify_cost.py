@@ -2,7 +2,7 @@
 
     python bench/verify_cost.py [--repeat N]
 
-Two files, each written into a fresh temporary project:
+Four files, each written into a fresh temporary project:
 
 * ``gradcam``: a Grad-CAM-like script, a VGG-like model defined in the file
   and four legacy ``register_backward_hook`` registrations on its convolutions
@@ -10,7 +10,15 @@ Two files, each written into a fresh temporary project:
   lambda), each followed by ``nn.ReLU(inplace=True)``: four HKL101 fixes;
 * ``resnet18``: torchvision's ResNet-18 written out in the file (BasicBlock,
   [2, 2, 2, 2]), with a legacy hook on ``layer4[1].bn2`` (``out +=
-  identity`` follows it) and one on ``layer4[1].conv1``: two fixes.
+  identity`` follows it) and one on ``layer4[1].conv1``: two fixes;
+* ``small`` and ``small_main``: a two-layer model with one legacy hook, the
+  second with a ``__main__`` block that runs 20 training steps: the fix is
+  proven on the built model only in the first, also by running the script
+  (twice: without and with the fix) in the second, so the difference is what
+  running an entry costs.
+
+None of these files has an entry but ``small_main``: the other proofs are
+the built model's.
 
 For each file: ``--diff`` (the static pass and the graph analysis) and
 ``--diff --verify`` (the same, then one proof per fix: the model built and
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -137,7 +146,44 @@ model.layer4[1].bn2.register_backward_hook(save_gradient)
 model.layer4[1].conv1.register_backward_hook(save_gradient)
 '''
 
-FILES = {"gradcam": GRADCAM, "resnet18": RESNET18}
+SMALL = '''
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(16, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.layer(x)))
+
+
+grads = []
+
+
+def save(module, grad_input, grad_output):
+    grads.append(grad_output[0].norm())
+
+
+net = Net()
+net.layer.register_backward_hook(save)
+'''
+
+SMALL_MAIN = SMALL + '''
+
+if __name__ == "__main__":
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(20):
+        optimizer.zero_grad()
+        net(torch.randn(8, 16)).pow(2).mean().backward()
+        optimizer.step()
+    print(len(grads))
+'''
+
+FILES = {"gradcam": GRADCAM, "resnet18": RESNET18, "small": SMALL, "small_main": SMALL_MAIN}
 
 
 def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
@@ -164,10 +210,12 @@ def measure(name: str, text: str, repeat: int) -> list[tuple[str, float, str]]:
                     timed([a for a in args] + [f"{name}.py"], project)  # fills the cache
                 elapsed, r = timed(args + [f"{name}.py"], project)
             best = elapsed if best is None else min(best, elapsed)
-            verified = r.stderr.count(" verified: ")
+            verified = len(re.findall(r" verified( [^:]*)?: ", r.stderr))
+            by_running = r.stderr.count(" verified by running ")
             refused = r.stderr.count(" not applied: ")
             outcome = f"{r.stdout.count('+++ ')} file(s) in the diff" + (
-                f"; {verified} fix(es) verified, {refused} not applied" if "--verify" in args else "")
+                f"; {verified} fix(es) verified ({by_running} by running the script), {refused} not applied"
+                if "--verify" in args else "")
         rows.append((label, best or 0.0, outcome))
     return rows
 

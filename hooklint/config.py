@@ -56,6 +56,8 @@ class Config:
     sandbox: str = "auto"
     # folders put on the worker's sys.path (relative to `root`), as PYTHONPATH would
     pythonpath: list[str] = field(default_factory=list)
+    # programs `check --fix/--diff --verify` runs to prove a fix (`python train.py --epochs 1`, `pytest tests`)
+    verify_entry: list[str] = field(default_factory=list)
     # the Python whose syntax is valid ("py312"); None: the running Python's
     target_version: str | None = None
     # the lowest severity that fails a run: info findings are printed but pass by default
@@ -264,6 +266,15 @@ def config_from_table(table: dict[str, Any], root: Path, source: Path | None) ->
                     raise ConfigError(f"{where}: `pythonpath` entry `{folder}` is not a folder "
                                       f"(relative to {root})")
             cfg.pythonpath = folders
+        elif key == "verify-entry":
+            from hooklint.fix.entries import EntryError, validate_commands
+
+            commands = _as_list(value, key, where)
+            try:
+                validate_commands(commands, root)
+            except EntryError as exc:
+                raise ConfigError(f"{where}: `verify-entry`: {exc}") from None
+            cfg.verify_entry = commands
         elif key == "cache-dir":
             if not isinstance(value, str):
                 raise ConfigError(f"{where}: `cache-dir` must be a string")

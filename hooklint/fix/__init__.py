@@ -5,7 +5,11 @@
   until nothing more applies);
 * :mod:`hooklint.fix.files` reads and writes files (encoding, byte-order
   mark, line endings, atomic replace) and renders unified diffs;
-* :mod:`hooklint.fix.cli_options` adds the options to ``hooklint check``.
+* :mod:`hooklint.fix.cli_options` adds the options to ``hooklint check``;
+* ``--verify`` proves each fix first: :mod:`hooklint.fix.verify` plans and
+  judges the proofs, :mod:`hooklint.fix.entries` finds the programs that
+  reach a file (static), and the proof worker (:mod:`hooklint.fix.verify_worker`,
+  :mod:`hooklint.fix.program`) runs them and the built models.
 
 Which fixes run is each fix's :class:`~hooklint.findings.Applicability`:
 ``--fix`` applies the safe ones, ``--unsafe-fixes`` adds the unsafe ones, and

@@ -148,9 +148,14 @@ def post_check(settings: FixSettings, report: Report, options: CheckOptions, arg
     if settings.verify:
         from hooklint.fix.verify import verify_fixes
 
+        def announce(line: str) -> None:
+            if not settings.quiet:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+
         verification = verify_fixes(findings, allowed=settings.allowed, locate=lambda shown: files.get(shown, shown),
                                     graph_facts=options.extra.get("graph_facts") or {}, config=options.config,
-                                    use_cache=settings.use_cache)
+                                    use_cache=settings.use_cache, announce=announce)
         findings = verification.keep(findings)
         recheck_for = verification.recheck_for(recheck_for)
     results = fix_files(

@@ -621,9 +621,14 @@ def verify_file(path: str, root: str, proofs: list[dict[str, Any]], guard, stage
 
 
 def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """One file's proofs, in the process forked for them."""
+    """One file's proofs, or one run of a program (``"kind": "program"``,
+    :mod:`hooklint.fix.program`), in the process forked for it."""
     from hooklint.graph.guard import Guard
 
+    if request.get("kind") == "program":
+        from hooklint.fix.program import run_program
+
+        return run_program(request, send)
     guard = Guard(os.environ.get("HOOKLINT_SCRATCH"))
 
     def stage(what: str) -> None:
@@ -640,6 +645,26 @@ def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], Non
                 "deps": {}}
 
 
+_programs_warm = False
+
+
+def prepare_request(request: dict[str, Any]) -> None:
+    """Before the process for ``request`` is forked: the graph worker's reading
+    of the file, and before the first program, torch's first-use cost of an
+    optimizer (``torch.optim`` imports ``torch._dynamo``, most of a second):
+    paid once here, not by each run of a training script.  No user code."""
+    global _programs_warm
+    from hooklint.graph.worker import prepare
+
+    prepare(request)
+    if request.get("kind") == "program" and not _programs_warm:
+        _programs_warm = True
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - each run then pays it
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     from hooklint.graph.worker import serve_requests, start_worker
 
@@ -652,8 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     from hooklint.graph.worker import warm_up
 
     warm_up()
+    import hooklint.fix.program  # noqa: F401 - once, here, rather than in each run's process
 
-    serve_requests(start, handle_request)
+    serve_requests(start, handle_request, prepare_request)
     start.close()
     return 0
 

@@ -76,7 +76,8 @@ class Guard:
     def _in_scratch(self, path: object) -> bool:
         if self.scratch is None or not isinstance(path, (str, bytes, os.PathLike)):
             return False
-        return os.path.realpath(os.fsdecode(path)).startswith(self.scratch)
+        # the folder itself too: a temporary file opened with O_TMPFILE names the folder
+        return (os.path.realpath(os.fsdecode(path)) + os.sep).startswith(self.scratch)
 
     def _audit(self, event: str, args: tuple) -> None:
         if not self.active:
@@ -85,7 +86,7 @@ class Guard:
             path, mode, flags = (list(args) + [None, None, None])[:3]
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if writing and not self._in_scratch(path):
+            if writing and not self._in_scratch(path) and path != os.devnull:
                 self._refuse(f"write to {path!r}")
             return
         what = _BLOCKED_EVENTS.get(event)

@@ -280,10 +280,12 @@ def prepare(request: dict[str, Any]) -> None:
         pass
 
 
-def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callable], dict[str, Any]]) -> None:
+def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callable], dict[str, Any]],
+                   prepare_request: Callable[[dict[str, Any]], None] | None = None) -> None:
     """Say ``ready``, then answer each request with ``handle(request, send)``
     in a fresh process (:mod:`hooklint.sandbox.zygote`).  Call it once the
-    modules every request needs are imported: children share them."""
+    modules every request needs are imported: children share them.
+    ``prepare_request``: what runs here before each fork (default :func:`prepare`)."""
     from hooklint.sandbox.zygote import isolation_for, serve
 
     try:
@@ -294,7 +296,7 @@ def serve_requests(start: WorkerStart, handle: Callable[[dict[str, Any], Callabl
     start.send({"event": "ready", "torch": start.torch.__version__, "sandbox": start.sandbox.to_dict(),
                 "isolation": isolation})
     serve(start.requests, start.send, handle, status=start.sandbox, scratch=start.scratch, isolation=isolation,
-          close_in_child=start.channels, prepare=prepare)
+          close_in_child=start.channels, prepare=prepare_request or prepare)
 
 
 def handle_request(request: dict[str, Any], send: Callable[[dict[str, Any]], None], memory_mib: int = 0

@@ -110,10 +110,13 @@ class LegacyBackwardHook(Rule):
       `grad_input` or returns a value: a full hook would break the forward,
       and a tensor hook cannot pass or replace `grad_input`.
 
-    `hooklint check --fix --verify` proves each of these fixes on the model
-    the graph analysis builds before applying it: the fixed code must run a
-    forward and backward, and the hook must receive the module's real
-    gradients.
+    `hooklint check --fix --verify` proves each of these fixes before
+    applying it: the program that reaches the file (its `__main__` block, a
+    project script or test that imports it, `verify-entry`) must still run
+    with the fix and the hook receive the same gradients, and on the model
+    the graph analysis builds the fixed code must run a forward and backward
+    and the hook receive the module's real gradients.  A rename that fails
+    there is replaced by the output tensor hook when that one passes.
 
     ## References
     - [`Module.register_full_backward_hook`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.register_full_backward_hook)

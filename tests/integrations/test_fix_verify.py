@@ -1,11 +1,13 @@
-"""`hooklint check --fix --verify` and `--diff --verify`: each fix proven on the
-model the graph layer builds before it is applied (hooklint.fix.verify).
+"""`hooklint check --fix --verify` and `--diff --verify`: each fix proven by
+running the file's `__main__` block where it has one, and on the model the
+graph layer builds, before it is applied (hooklint.fix.verify).
 
-A fix that passes its proof is applied and says so; one that fails is not
-applied and the output says why, in one line (and the fixed script, applied
-without --verify, does crash the same way); one that cannot be proven is not
-applied unless it is safe by construction; proofs are bounded by the timeout
-and cached.
+A fix that passes its proof is applied and says how it was proven; one that
+fails is not applied and the output says why, in one line (and the fixed
+script, applied without --verify, does crash the same way); one that cannot
+be proven is not applied unless it is safe by construction; proofs are
+bounded by the timeout and cached.  Programs other than the file's own
+`__main__` block: tests/integrations/test_fix_verify_entries.py.
 """
 
 from __future__ import annotations
@@ -95,8 +97,10 @@ def test_a_fix_that_passes_its_proof_is_applied(write):
     path = write("cam.py", PASSES + RUN)
     r = hooklint(path.parent, "--fix", "--verify", "cam.py")
     assert "Fixed 1 finding." in r.stderr, r.stderr
-    assert ("cam.py: HKL101 fix at 37:10 verified: the fixed code runs a forward and backward of Net() on "
-            "float32[2, 3, 32, 32], and `save` receives the gradient of its output on `conv` (Conv2d)") in r.stderr
+    assert ("cam.py: HKL101 fix at 37:10 verified by running `cam.py`'s __main__ block: it runs as it does without "
+            "the fix, and `save` receives the same grad_output in its one call (on Conv2d); on the built model too: "
+            "the fixed code runs a forward and backward of Net() on float32[2, 3, 32, 32], and `save` receives the "
+            "gradient of its output on `conv` (Conv2d)") in r.stderr, r.stderr
     assert "net.conv.register_forward_hook(output_grad_hook(save))" in path.read_text()
     ran = run_script(path)
     assert ran.returncode == 0 and ran.stdout.strip() == "ran 1", ran.stderr
@@ -107,8 +111,9 @@ def test_a_fix_that_fails_its_proof_is_not_applied(write):
     path = write("seed.py", FAILS + RUN)
     r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "seed.py")
     assert r.returncode == 1 and path.read_text() == FAILS + RUN
-    assert ("seed.py: HKL101 fix at 37:12 not applied: its proof failed: `backward_hook` raises with the fixed "
-            "registration: ValueError: not enough values to unpack (expected 3, got 1)") in r.stderr, r.stderr
+    assert ("seed.py: HKL101 fix at 37:12 not applied: its proof failed: `seed.py`'s __main__ block fails with the "
+            "fix: ValueError: not enough values to unpack (expected 3, got 1) (seed.py:28: gin0, gin1, gin2 = gin)"
+            ) in r.stderr, r.stderr
     assert "Fixed" not in r.stderr
     # the script runs as written, and the unproven fix breaks it as the proof said
     assert run_script(path).returncode == 0
@@ -124,8 +129,12 @@ def test_diff_verify_shows_only_the_fixes_that_pass(write):
     assert r.returncode == 1
     assert "+net.conv.register_forward_hook(output_grad_hook(save))" in r.stdout
     assert "-net.layer1.register_backward_hook(backward_hook)" not in r.stdout
-    assert "HKL101 fix at 37:10 verified:" in r.stderr
-    assert "HKL101 fix at 38:12 not applied: its proof failed:" in r.stderr
+    # no program runs this file: the notice says the proof is the built model's only, and why
+    assert ("HKL101 fix at 37:10 verified on the built model only (the file has no entry hooklint could run: no "
+            "`__main__` block, no top-level code that runs a model, no script or test that imports it, no "
+            "`verify-entry`): the fixed code runs a forward and backward of Net()") in r.stderr, r.stderr
+    assert ("HKL101 fix at 38:12 not applied: its proof failed: `backward_hook` raises with the fixed registration: "
+            "ValueError: not enough values to unpack (expected 3, got 1)") in r.stderr
     assert "Would fix 1 finding in 1 file." in r.stderr
     assert path.read_text() == BOTH
 
@@ -152,7 +161,9 @@ def test_unverified_fixes_apply_only_when_safe_by_construction(write):
     # HKL101 on a module the graph cannot name: no proof, and not safe by construction
     assert "target_layer.register_backward_hook(self.save_gradient)" in text
     assert ("HKL101 fix at 41:22 not applied: unverified (no model the graph analysis built contains "
-            "`target_layer`); without --verify, --fix --unsafe-fixes applies it") in r.stderr, r.stderr
+            "`target_layer`; the file has no entry hooklint could run: no `__main__` block, no top-level code that "
+            "runs a model, no script or test that imports it, no `verify-entry`); without --verify, --fix "
+            "--unsafe-fixes applies it") in r.stderr, r.stderr
     # HKL401's rewrite of a tensor hook does not depend on a model: applied, and said so
     assert "    grad = grad * 0.5\n    return grad\n" in text
     assert "HKL401 fix at 48:5 applied without a proof (the rewritten tensor hook is not tied to a module); " \
@@ -165,7 +176,7 @@ def test_a_proof_is_bounded_by_the_timeout(write):
     r = hooklint(path.parent, "--diff", "--verify", "--timeout", "20", "slow.py")
     assert r.stdout == "" and "No fixes to apply." in r.stderr
     assert "HKL101 fix at 37:10 not applied: unverified (the proof timed out after 20 s while proving the " \
-           "HKL101 fix at 37:10: the original registration)" in r.stderr, r.stderr
+           "HKL101 fix at 37:10: the original registration; the file has no entry" in r.stderr, r.stderr
 
 
 def test_verdicts_are_cached(write, tmp_path):
@@ -285,16 +296,26 @@ if __name__ == "__main__":
 
 
 def test_a_fix_that_changes_what_an_unreachable_hook_reads_is_unverified(write):
-    # the hook is a method of a Grad-CAM object the proof cannot build: it checks only what the hook
-    # receives, and with the full hook `grad_input[0]` is Block's input (8 channels), not the 16
-    # channels of the last op's input that the code after it multiplies with the activations
+    # the hook is a method of a Grad-CAM object the built-model proof cannot build: it checks only what
+    # the hook receives, and with the full hook `grad_input[0]` is Block's input (8 channels), not the
+    # 16 channels of the last op's input that the code after it multiplies with the activations
+    path = write("legacy_cam.py", LEGACY_GRADCAM.replace('if __name__ == "__main__":', "if False:"))
+    r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "legacy_cam.py")
+    assert ("HKL101 fix at 31:22 not applied: unverified (the fix changes the `grad_input` `backward_hook` "
+            "reads on `block` from (2, 16, 32, 32) to (2, 8, 32, 32), and `backward_hook` itself could not be "
+            "run here to show that its code still works; the file has no entry") in r.stderr, r.stderr
+
+
+def test_running_the_main_block_shows_the_fix_breaks_the_hooks_code(write):
+    # the script's own __main__ block builds the Grad-CAM object and runs the hook's code: the proof
+    # that runs it shows the failure the built-model proof could only suspect
     path = write("legacy_cam.py", LEGACY_GRADCAM)
     assert run_script(path).returncode == 0
     r = hooklint(path.parent, "--fix", "--unsafe-fixes", "--verify", "legacy_cam.py")
     assert path.read_text() == LEGACY_GRADCAM
-    assert ("HKL101 fix at 31:22 not applied: unverified (the fix changes the `grad_input` `backward_hook` "
-            "reads on `block` from (2, 16, 32, 32) to (2, 8, 32, 32), and `backward_hook` itself could not be "
-            "run here to show that its code still works)") in r.stderr, r.stderr
+    assert ("HKL101 fix at 31:22 not applied: its proof failed: `legacy_cam.py`'s __main__ block fails with the "
+            "fix: RuntimeError: The size of tensor a (8) must match the size of tensor b (16) at non-singleton "
+            "dimension 1 (legacy_cam.py:42)") in r.stderr, r.stderr
     # the file was checked: the summary counts the fix left out, and does not suggest the flag given
     assert "Also 1 fix not applied (see above)." in r.stderr and "not checked" not in r.stderr
     assert "more with `--unsafe-fixes`" not in r.stderr

@@ -13,7 +13,10 @@ the kernel, not the hook.  It tries the escape in two places:
   --verify`` plans a proof and the proof worker runs its forward; there the
   forward raises ``ESCAPE <name> in proof: ...``, which the proof's verdict
   quotes.  In the graph worker the forward returns normally (the model is
-  analysed, the fix is planned).
+  analysed, the fix is planned);
+* the ``__main__`` block, which ``--diff --verify`` runs to prove the fix
+  (hooklint.fix.program): it raises ``ESCAPE <name> in program: ...``, which
+  the verdict quotes as the reason the program could not be used.
 
 ``ESCAPED`` in an outcome means the attempt did not raise.
 """
@@ -125,6 +128,10 @@ class Carrier(nn.Module):
         if _where() == "proof":
             raise RuntimeError("ESCAPE " + NAME + " in proof: " + outcome)
         return self.fc(x) / 4
+
+
+if __name__ == "__main__":
+    raise RuntimeError("ESCAPE " + NAME + " in program: " + _attempt())
 '''
 
 # name -> body of `_escape()` (returns None when it got through; raises when stopped)

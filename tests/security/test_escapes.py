@@ -1,5 +1,6 @@
 """Hostile model files next to good ones, through `hooklint check` (the graph
-worker) and `hooklint check --diff --verify` (the proof worker): every escape
+worker) and `hooklint check --diff --verify` (the proof worker: the built
+model, and the file's `__main__` block run as a program): every escape
 the security review found is tried, after switching hooklint's audit hook off,
 and the kernel sandbox stops each one (hooklint.sandbox, docs/sandbox.md).
 
@@ -122,6 +123,13 @@ def test_the_proof_worker_ran_the_attempt_and_the_kernel_stopped_it(world, name)
     """Even under --diff, which users read as "change nothing"."""
     stderr = world.runs["project-verify"].stderr
     assert f"ESCAPE {name} in proof: blocked (" in stderr, stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_program_run_ran_the_attempt_and_the_kernel_stopped_it(world, name):
+    """The file's __main__ block, which --verify runs to prove a fix."""
+    stderr = world.runs["project-verify"].stderr
+    assert f"ESCAPE {name} in program: blocked (" in stderr, stderr[-3000:]
 
 
 def test_no_attempt_got_through(world):
