@@ -12,7 +12,6 @@ before it is written."""
 from __future__ import annotations
 
 import bisect
-import difflib
 import io
 import re
 import tokenize
@@ -22,6 +21,7 @@ from typing import Callable, Collection, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Location
 from hooklint.fix.apply import LINE_BREAK, FixOutcome, Recheck, applicable, fix_text
+from hooklint.fix.diff import unified_diff as diff_lines
 from hooklint.fsutil import FileChanged, replace_file_bytes
 from hooklint.static.notebook import CELL_BOUNDARY, Notebook, is_notebook, read_notebook
 from hooklint.static.source import SourceError, decode_source
@@ -292,7 +292,7 @@ def split_lines(text: str) -> list[str]:
 
 def unified_diff(path: str, before: str, after: str) -> str:
     out = []
-    for line in difflib.unified_diff(split_lines(before), split_lines(after), fromfile=path, tofile=path):
+    for line in diff_lines(split_lines(before), split_lines(after), fromfile=path, tofile=path):
         if not line.endswith(("\n", "\r")):
             line += "\n\\ No newline at end of file\n"  # as diff and git print it
         out.append(line)
