@@ -25,7 +25,15 @@ from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
-from hooklint.static.project import ProjectIndex, parse_key, site_facts_of_source, summarize_source
+from hooklint.static.core.imports import names_from_roots, project_roots
+from hooklint.static.project import (
+    APPLY_KEY,
+    EXTERNAL_KEY,
+    ProjectIndex,
+    parse_key,
+    site_facts_of_source,
+    summarize_source,
+)
 from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
@@ -404,17 +412,25 @@ class ProjectPass:
         self.summarized = 0  # of those, files summarized
         self.rechecked = 0
         self.refined = 0  # files whose call sites got their facts
+        self.roots: list[str] = []
 
     def figures(self) -> dict[str, int]:
         return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
                 "rechecked": self.rechecked}
 
     def run(self) -> None:
-        index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
-        questions = {parse_key(key) for r in self.results if r.asked for key in r.asked}
-        if not questions:
+        index = ProjectIndex()
+        self.roots = roots = project_roots(str(self.options.config.root), self.options.paths,
+                                           self.options.config.pythonpath)
+        for i, result in enumerate(self.results):
+            if result.summary is not None:
+                index.add(result.summary, names_from_roots(self.files[i], roots))
+        index.settle_aliases()
+        keys = {key for r in self.results if r.asked for key in r.asked}
+        if not keys:
             return
-        self._find_callers(index, questions)
+        questions = {parse_key(key) for key in keys if not key.startswith((EXTERNAL_KEY, APPLY_KEY))}
+        self._find_callers(index, questions, {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)})
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -435,13 +451,15 @@ class ProjectPass:
                 else:
                     self.records.pop(outcome.index, None)
 
-    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]]) -> None:
+    def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]],
+                      applied: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
                    and not r.notices]
         searched: set[str] = set()
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
-            names = index.names_for(questions) - searched
+            # an autograd Function applied in a file that names no hook API: search its class name
+            names = (index.names_for(questions) | {qual.rpartition(".")[2] for qual in applied}) - searched
             if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
                 names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
             progress = self._refine(index)
@@ -465,7 +483,8 @@ class ProjectPass:
                 result = self.results[outcome.index]
                 if outcome.summary is not None:
                     result.summary = outcome.summary
-                    index.add(outcome.summary)
+                    index.add(outcome.summary, names_from_roots(self.files[outcome.index], self.roots))
+                    index.settle_aliases()
                     found.append(outcome.index)
                 else:
                     self.scan_valid.add(outcome.index)
@@ -498,14 +517,18 @@ class ProjectPass:
                 key = (site[3], site[4], site[6])
                 if key in positions:
                     # a file that changed meanwhile: its site counts as guarded (no reason)
-                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}]
+                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}, None]
             if outcome.record is not None and self.results[outcome.index].summary is summary:
                 self.records[outcome.index] = outcome.record
         index.changed()
         return True
 
 
-def _answer(index: ProjectIndex, key: str) -> list[Any] | None:
+def _answer(index: ProjectIndex, key: str) -> Any:
+    if key.startswith(EXTERNAL_KEY):
+        return index.external_facts(key[len(EXTERNAL_KEY):])
+    if key.startswith(APPLY_KEY):
+        return index.apply_sites(key[len(APPLY_KEY):])
     qual, needed = parse_key(key)
     found = index.first_reason(qual, needed)
     return None if found is None else found.to_list()

@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 3
+SUMMARY_FORMAT = 4
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -702,6 +702,21 @@ class Summarizer:
         self._calls: dict[tuple[int, int], ast.Call] | None = None
         self._roots: dict[tuple[int, str], str | None] = {}
         self._callers: dict[int, str | None] = {}
+        self._core: Any = None
+
+    @property
+    def core(self) -> Any:
+        """The program-analysis core of this file (hooklint.static.core), for
+        the edges of call sites; the file's checker hands its own."""
+        if self._core is None:
+            from hooklint.static.core import Core
+
+            self._core = Core(self.model, self.inference, summarizer=self)
+        return self._core
+
+    @core.setter
+    def core(self, value: Any) -> None:
+        self._core = value
 
     # ------------------------------------------------------------- names
     def qualname(self, node: ast.AST) -> str | None:
@@ -797,7 +812,7 @@ class Summarizer:
                 elif isinstance(b.value, str):
                     imports[name] = b.value
         return {"v": SUMMARY_FORMAT, "module": self.module, "path": self.display_path, "functions": functions,
-                "classes": classes, "imports": imports, "sites": self.sites(facts)}
+                "classes": classes, "imports": imports, "sites": self.sites(facts), "hooks": self.core.export()}
 
     def sites(self, facts: bool = False) -> list[list[Any]]:
         out = []
@@ -963,7 +978,21 @@ class Summarizer:
             guarded = self.guards.guarded(call, unit)
             if receiver_dep == [SELF] and unit is not self.model.tree:
                 attrs = self.attribute_dependences(unit, call.lineno)
-        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver), attrs]
+        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver), attrs,
+                self._edge(call, via)]
+
+    def _edge(self, call: ast.Call, via: str) -> list[Any] | None:
+        """How the callee's summary applies at this call (hooklint.static.core.summary.Edge)."""
+        from hooklint.static.core import places as P
+        from hooklint.static.core.summary import Edge
+
+        core = self.core
+        func = core.places.owner(call)
+        if via == "apply":
+            module = call.func.value  # type: ignore[attr-defined]
+            return Edge(P.UNKNOWN, [P.element(core.places.of(module, func))], {}, "drop",
+                        core.guarded(call, func), call.lineno).to_json()
+        return core.facts_of.edge(call, func, 0).to_json()
 
     def dispatch(self, node: ast.AST, unit: ast.AST) -> frozenset[str] | None:
         """What the branches around ``node`` (inside ``unit``) dispatch on:

@@ -115,6 +115,11 @@ def _short(qual: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2][:1].isupper() else parts[-1]
 
 
+# Keys of the questions that are not "does it run again" (see ProjectView).
+EXTERNAL_KEY = "ext:"
+APPLY_KEY = "apply:"
+
+
 def query_key(qual: str, needed: Iterable[str]) -> str:
     return qual + "|" + ",".join(sorted(needed))
 
@@ -132,24 +137,40 @@ class ProjectIndex:
                  facts: Callable[[dict[str, Any], list[Any]], list[Any] | None] | None = None):
         self.modules: dict[str, dict[str, Any]] = {}
         self._all: list[dict[str, Any]] = []
+        self._pending_aliases: list[tuple[str, dict[str, Any]]] = []
         self._memo: dict[tuple[str, frozenset[str]], list[Reason]] = {}
         self._forget_names()
+        self.changed()
         self._facts_of = facts
         self.missing: dict[int, tuple[dict[str, Any], set[tuple[int, int, str]]]] = {}
         for summary in summaries:
             self.add(summary)
 
-    def add(self, summary: dict[str, Any]) -> None:
+    def add(self, summary: dict[str, Any], aliases: Iterable[str] = ()) -> None:
+        """``aliases``: the other names the file can be imported as from the
+        project's roots (hooklint.static.core.imports)."""
         # Two files can claim one module name (two folders of scripts): the first
         # defines it; the other's call sites still count, keyed by what they call.
         self.modules.setdefault(summary["module"], summary)
         self._all.append(summary)
+        self._pending_aliases += [(alias, summary) for alias in aliases if alias != summary["module"]]
+        self._forget_names()
+        self.changed()
+
+    def settle_aliases(self) -> None:
+        """Register the names from the project's roots, after every file's own
+        name (a file's package name wins over another file's alias)."""
+        for alias, summary in self._pending_aliases:
+            self.modules.setdefault(alias, summary)
+        self._pending_aliases = []
         self._forget_names()
         self.changed()
 
     def changed(self) -> None:
         """Forget the reasons worked out (sites got their facts)."""
         self._memo = {}
+        self._hook_memo: dict[str, Any] = {}
+        self._hook_active: set[str] = set()
 
     def _forget_names(self) -> None:
         self._canonical: dict[str, str | None] = {}
@@ -160,6 +181,7 @@ class ProjectIndex:
         self._children: dict[str, list[str]] | None = None
         self._call_names: dict[str, set[str]] = {}
         self._aliases: dict[str, set[str]] | None = None
+        self._by_caller: dict[int, dict[str, list[list[Any]]]] = {}
 
     def site_facts(self, summary: dict[str, Any], site: list[Any]) -> list[Any] | None:
         facts = site[5]
@@ -224,7 +246,7 @@ class ProjectIndex:
                 continue
             local = ".".join(parts[i:])
             if local in summary["functions"] or local in summary["classes"]:
-                return name
+                return f"{summary['module']}.{local}"  # the file's own name, whatever alias reached it
             target = summary["imports"].get(parts[i])
             if target is None or target == module:
                 return None
@@ -358,6 +380,118 @@ class ProjectIndex:
                     out.setdefault(resolved[0], []).append((summary, site, 1 if resolved[1] else site[1]))
         return out
 
+    # ------------------------------------------------------------ hook summaries
+    def hook_facts(self, qual: str) -> Any:
+        """The summary of the function ``qual`` (:class:`hooklint.static.core.summary.Facts`),
+        its own facts composed with those of the calls it makes, across
+        files, to a fixpoint (a cycle of calls adds each function once);
+        None when ``qual`` is not a function of the checked files.  Sites
+        whose facts are not computed yet are collected in ``missing`` and add
+        nothing meanwhile."""
+        from hooklint.static.core.summary import Edge, Facts, apply_edge
+
+        if qual in self._hook_memo:
+            return self._hook_memo[qual]
+        module, local = self._split(qual, "functions")
+        if module is None:
+            return None
+        summary = self.modules[module]
+        path = summary["path"]
+        own = summary.get("hooks", {}).get(local)
+        if own is not None:
+            facts = Facts.from_json(own, path)
+        else:
+            entry = summary["functions"][local]
+            facts = Facts(params=list(entry[0]), kwonly=list(entry[1]))
+        if qual in self._hook_active:
+            return facts
+        self._hook_active.add(qual)
+        try:
+            for site in self._sites_by_caller(summary).get(local, ()):
+                resolved = self.resolve(site[0])
+                if resolved is None or resolved[0] == qual:
+                    continue
+                callee = self.hook_facts(resolved[0])
+                if callee is None or callee.empty():
+                    continue
+                site_facts = self.site_facts(summary, site)
+                if site_facts is None or len(site_facts) < 7 or site_facts[6] is None:
+                    continue
+                edge = Edge.from_json(site_facts[6])
+                edge.bound = 1 if resolved[1] else site[1]
+                edge.construct = _constructs(resolved[0], site)
+                entry = self.function(resolved[0])
+                part = apply_edge(callee, edge, _short(resolved[0]), self.function_path(resolved[0]) or "",
+                                  entry[5] if entry else 0)
+                facts.regs += part.regs
+                facts.removes += part.removes
+                facts.forgets += part.forgets
+                facts.runs += part.runs
+                if part.regs and not facts.ret and own is not None and own.get("rn"):
+                    facts.ret = "none"
+        finally:
+            self._hook_active.discard(qual)
+        self._hook_memo[qual] = facts
+        return facts
+
+    def _sites_by_caller(self, summary: dict[str, Any]) -> dict[str, list[list[Any]]]:
+        key = id(summary)
+        found = self._by_caller.get(key)
+        if found is None:
+            found = {}
+            for site in summary["sites"]:
+                if site[2]:
+                    found.setdefault(site[2], []).append(site)
+            self._by_caller[key] = found
+        return found
+
+    def external_facts(self, path: str) -> dict[str, list[Any]]:
+        """For the file ``path``: the callees of its call sites that are
+        functions of other checked files doing something with hooks, by the
+        name the site spells, as ``ProjectView.external_facts`` reads them."""
+        summary = next((s for s in self._all if s["path"] == path), None)
+        if summary is None:
+            return {}
+        out: dict[str, list[Any]] = {}
+        for site in summary["sites"]:
+            name = site[0]
+            if name in out or site[6]:
+                continue
+            resolved = self.resolve(name)
+            if resolved is None:
+                continue
+            module, _local = self._split(resolved[0], "functions")
+            if module is None or self.modules[module] is summary:
+                continue
+            facts = self.hook_facts(resolved[0])
+            if facts is None or facts.empty():
+                continue
+            entry = self.function(resolved[0])
+            out[name] = [facts.to_json(), _short(resolved[0]), self.function_path(resolved[0]) or "",
+                         entry[5] if entry else 0, 1 if resolved[1] else site[1], _constructs(resolved[0], site)]
+        return out
+
+    def apply_sites(self, qual: str) -> list[list[Any]]:
+        """``[path, line, arguments]`` of each ``Fn.apply(...)`` call of the
+        autograd Function class ``qual`` (arguments None when ``*args``)."""
+        out = []
+        for summary in self.summaries():
+            for site in summary["sites"]:
+                name = site[0]
+                if not name.endswith(".apply") or site[6]:
+                    continue
+                cls = name[:-len(".apply")]
+                if (self.canonical(cls) or cls) != qual:
+                    continue
+                facts = self.site_facts(summary, site)
+                if facts is None or facts[1] is None:
+                    continue
+                args, kwargs = facts[1][1], facts[1][2]
+                count = None if any(a is None for a in args) else len(args) + len(kwargs)
+                out.append([summary["path"], site[3], count])
+        out.sort(key=lambda e: (e[0], e[1]))
+        return out
+
     def first_reason(self, qual: str, needed: Iterable[str]) -> Reason | None:
         """The best reason why ``qual`` runs again with the same values of
         its parameters ``needed``: a site in its own file first, the shortest
@@ -398,7 +532,7 @@ class ProjectIndex:
         site_facts = self.site_facts(summary, site)
         if site_facts is None:
             return []  # its facts are computed first; the callers are followed once they are known
-        loop, fn, step, guarded, _key, attrs = site_facts
+        loop, fn, step, guarded, _key, attrs = site_facts[:6]
         sources = _map_needed(facts, needed, bound, qual.endswith(".__init__"))
         if sources is None:
             return []
@@ -431,7 +565,7 @@ class ProjectIndex:
             site_facts = self.site_facts(summary, site)
             if site_facts is None:
                 continue
-            _loop, fn, _step, guarded, key, _attrs = site_facts
+            _loop, fn, _step, guarded, key, _attrs = site_facts[:6]
             if fn is None or guarded or fn[3] != []:
                 continue
             if needed:  # the same instance: a receiver both sites name the same way
@@ -594,7 +728,8 @@ class ProjectView:
     a question not among them is answered from ``local()``, an index of the
     file's own summary (what a run on this file alone sees)."""
 
-    def __init__(self, local: Callable[[], ProjectIndex], answers: dict[str, list[Any] | None] | None = None):
+    def __init__(self, local: Callable[[], ProjectIndex], answers: dict[str, Any] | None = None, path: str = ""):
+        self.path = path
         self._local_factory = local
         self._local: ProjectIndex | None = None
         self.answers = answers or {}
@@ -612,6 +747,39 @@ class ProjectView:
             answer = None if found is None else found.to_list()
         self.asked[key] = answer
         return None if answer is None else Reason.from_list(answer)
+
+    def external_facts(self, name: str) -> tuple[Any, str, str, int, int, bool] | None:
+        """The summary (:class:`hooklint.static.core.summary.Facts`) of the
+        function of another checked file that a call naming ``name`` reaches,
+        with its display name, path, line, the parameters a call supplies
+        itself and whether the call constructs an object; None when it is not
+        a function of the project or does nothing with hooks."""
+        key = EXTERNAL_KEY + self.path
+        if key in self.answers:
+            answer = self.answers[key] or {}
+        else:
+            answer = {}
+        self.asked[key] = answer
+        found = answer.get(name)
+        if found is None:
+            return None
+        from hooklint.static.core.summary import Facts
+
+        data, display, path, line, bound, construct = found
+        return Facts.from_json(data, path), display, path, line, bound, construct
+
+    def apply_sites(self, qual: str) -> list[tuple[str, int, int | None]]:
+        """(path, line, number of arguments or None) of the ``Cls.apply(...)``
+        calls of the autograd Function ``qual`` in the checked files."""
+        key = APPLY_KEY + qual
+        if key in self.answers:
+            answer = self.answers[key]
+        else:
+            if self._local is None:
+                self._local = self._local_factory()
+            answer = self._local.apply_sites(qual)
+        self.asked[key] = answer
+        return [tuple(site) for site in answer or ()]  # type: ignore[misc]
 
     def local_callers(self, qual: str) -> list[str]:
         """The functions of this file that call ``qual`` ("" for module level)."""

@@ -1,0 +1,517 @@
+"""The program-analysis core of the static layer: facts about what the
+program does, computed once per file (and, through the project index, per
+project), and the questions rules ask of them.
+
+- :mod:`~hooklint.static.core.cfg`: control-flow graphs per function, with
+  reachability (``return``, ``raise``, loops, ``try``/``finally``, ``with``,
+  ``match``, constant conditions, ``sys.exit``).
+- :mod:`~hooklint.static.core.places`: where a value comes from, in a
+  function's own terms (a parameter, an attribute of ``self``, an element).
+- :mod:`~hooklint.static.core.summary`: per-function summaries (the hooks a
+  function registers and for whom, what becomes of their handles, what it
+  removes, runs and yields), composed over calls to a fixpoint.
+- :mod:`~hooklint.static.core.imports`: module names as Python resolves
+  them from the project's roots.
+
+A rule asks :class:`Core` (``ctx.core``); nothing here imports torch or runs
+the checked code, and everything is computed lazily, for the functions a
+question is about.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any, Callable
+
+from hooklint.static.core import places as P
+from hooklint.static.core.cfg import CFG, EXIT_CALLS, build
+from hooklint.static.core.constants import truth
+from hooklint.static.core.places import Places
+from hooklint.static.core.summary import STORE_METHODS, Edge, Facts, FileFacts
+from hooklint.static.semantic import FunctionNode, SemanticModel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.static.callgraph import Guards, Summarizer
+    from hooklint.static.hooks import HookIndex
+    from hooklint.static.values import Inference
+
+__all__ = ["CFG", "Core", "Edge", "Facts"]
+
+# Builtins a handle or a container of handles may be handed to without leaving the function.
+_NEUTRAL_BUILTINS = frozenset({"len", "bool", "isinstance", "id", "print", "repr", "str", "type", "hasattr"})
+
+
+class Core:
+    """The facts of one file, and the questions about them."""
+
+    def __init__(self, model: SemanticModel, inference: "Inference", *, hooks: "HookIndex | None" = None,
+                 summarizer: "Summarizer | None" = None,
+                 external: Callable[[str], tuple[Facts, str, str, int, int, bool] | None] | None = None):
+        self.model = model
+        self.inference = inference
+        self._hooks = hooks
+        self.summarizer = summarizer
+        self._external_lookup = external
+        self.places = Places(model, self._elements_of_call)
+        self.facts_of = FileFacts(self, self._external)
+        self._cfgs: dict[int, CFG] = {}
+        self._building: set[int] = set()
+        self._loads: dict[int, dict[str, list[ast.Name]]] = {}
+        self._fates: dict[int, str] = {}
+
+    @property
+    def hooks(self) -> "HookIndex":
+        if self._hooks is None:
+            from hooklint.static.hooks import HookIndex
+
+            self._hooks = HookIndex(self.model, self.inference)
+        return self._hooks
+
+    # ------------------------------------------------------------ control flow
+    def cfg(self, owner: ast.AST) -> CFG:
+        """The graph of a function's body (or the module's: pass the tree)."""
+        key = id(owner)
+        found = self._cfgs.get(key)
+        if found is None:
+            self._building.add(key)
+            try:
+                found = build(owner, lambda test: truth(self.model, test), self._noreturn)
+            finally:
+                self._building.discard(key)
+            self._cfgs[key] = found
+        return found
+
+    def _noreturn(self, call: ast.Call) -> bool:
+        qual = self.model.qualify(call.func) if hasattr(call.func, "_hl_scope") or \
+            isinstance(call.func, ast.Attribute) else None
+        if qual in EXIT_CALLS:
+            return True
+        local = self.local_callee(call)
+        if local is None or local[2]:
+            return False
+        node = local[0]
+        if id(node) in self._building or not isinstance(node, FunctionNode):
+            return False
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
+            return False
+        return not self.cfg(node).can_exit_normally()
+
+    @staticmethod
+    def statement(node: ast.AST) -> ast.AST:
+        """The innermost statement holding ``node`` (for a condition, the ``if``)."""
+        cur: ast.AST | None = node
+        while cur is not None and not isinstance(cur, (ast.stmt, ast.excepthandler)):
+            cur = getattr(cur, "_hl_parent", None)
+        return cur if cur is not None else node
+
+    def owner(self, node: ast.AST) -> ast.AST:
+        """The function (or the module) whose body holds the statement ``node``."""
+        cur = getattr(node, "_hl_parent", None)
+        while cur is not None and not isinstance(cur, FunctionNode + (ast.Module, ast.ClassDef, ast.Lambda)):
+            cur = getattr(cur, "_hl_parent", None)
+        return cur if cur is not None else self.model.tree
+
+    def can_run(self, node: ast.AST) -> bool:
+        """Can ``node`` run: its statement is reachable in its function, and
+        the function's own ``def`` in the code around it (a class body counts
+        as reachable when the class statement is)."""
+        stmt = self.statement(node)
+        for _ in range(64):
+            owner = self.owner(stmt)
+            if isinstance(owner, ast.Lambda):
+                stmt = self.statement(owner)
+                continue
+            if isinstance(owner, FunctionNode + (ast.Module,)) and not self.cfg(owner).reachable(stmt):
+                return False
+            if isinstance(owner, ast.Module):
+                return True
+            stmt = owner
+        return True
+
+    def unreachable_reason(self, node: ast.AST) -> str | None:
+        """Why ``node`` never runs, in words (None when it can run)."""
+        if self.can_run(node):
+            return None
+        stmt = self.statement(node)
+        owner = self.owner(stmt)
+        pos = _previous_exit(stmt, owner)
+        if pos is not None:
+            word = {ast.Return: "`return`", ast.Raise: "`raise`", ast.Break: "`break`",
+                    ast.Continue: "`continue`"}.get(type(pos), "a statement that never returns")
+            return f"it follows the {word} at line {pos.lineno}"
+        branch = _dead_branch(stmt, owner, self.model)
+        if branch is not None:
+            return branch
+        return "no path from the start of the function reaches it"
+
+    # ------------------------------------------------------------ summaries
+    def facts(self, func: ast.AST | None) -> Facts:
+        """The summary of a function of this file (None: the module body)."""
+        return self.facts_of.facts(func)
+
+    def export(self) -> dict[str, Any]:
+        """The own facts of this file's functions, for the project index."""
+        from hooklint.static.callgraph import local_qualname
+
+        return self.facts_of.export(local_qualname)
+
+    def external_facts(self, call: ast.Call) -> tuple[Facts, Edge, str, str, int] | None:
+        return self._external(call)
+
+    def _external(self, call: ast.Call) -> tuple[Facts, Edge, str, str, int] | None:
+        if self._external_lookup is None or self.summarizer is None:
+            return None
+        callee = self.summarizer.callee(call)
+        if callee is None:
+            return None
+        found = self._external_lookup(callee[0])
+        if found is None:
+            return None
+        facts, name, path, line, bound, construct = found
+        edge = self.facts_of.edge(call, self.places.owner(call), bound, construct)
+        return facts, edge, name, path, line
+
+    def _elements_of_call(self, call: ast.Call, func: ast.AST | None) -> str | None:
+        target = self.facts_of.callee(call, func) if self.facts_of is not None else None
+        if target is None:
+            return None
+        facts, edge, _name, _path, _line = target
+        if not facts.elems:
+            return None
+        recv = P.NEW if edge.construct else edge.recv
+        found = P.substitute(facts.elems, lambda param: edge.argument(facts, param), recv)
+        return found if found != P.UNKNOWN else None
+
+    def local_callee(self, call: ast.Call) -> tuple[ast.AST, int, bool] | None:
+        """(function, parameters the call supplies itself, is a constructor)
+        for a call of a function or method of this file."""
+        model = self.model
+        func = call.func
+        if isinstance(func, ast.Name) and hasattr(func, "_hl_scope"):
+            bindings = model.bindings_at(func)
+            if len(bindings) != 1:
+                return None
+            b = bindings[0]
+            if b.kind == "def" and isinstance(b.node, FunctionNode):
+                return b.node, 0, False
+            if b.kind == "class":
+                info = model.classes.get(b.node)  # type: ignore[arg-type]
+                init = info.method("__init__") if info is not None else None
+                return (init, 1, True) if init is not None else None
+            return None
+        if isinstance(func, ast.Attribute):
+            receiver = func.value
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+                cls = model.enclosing_class(call)
+                for base in cls.local_bases if cls is not None else ():
+                    found = base.method(func.attr)
+                    if found is not None:
+                        return found, 1, False
+                return None
+            if isinstance(receiver, ast.Name) and hasattr(receiver, "_hl_scope"):
+                if self.places.of(receiver, self.places.owner(call)) == P.SELF:
+                    cls = model.enclosing_class(self.places.owner(call))
+                    found = cls.method(func.attr) if cls is not None else None
+                    if found is not None and not _is_static(found):
+                        return found, 1, False
+                    return None
+            value = self.inference.infer(receiver)
+            local_class = getattr(value, "local_class", None)
+            if local_class is not None and type(value).__name__ in ("ObjectValue", "ModuleValue"):
+                found = local_class.method(func.attr)
+                if found is not None and not _is_static(found):
+                    return found, 1, False
+        return None
+
+    def guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
+        """Is ``node`` under a condition that can make it run once (a flag, a handle check)?"""
+        if self.summarizer is None:
+            return False
+        return self.summarizer.guards.guarded(node, func if func is not None else self.model.tree)
+
+    # ------------------------------------------------------------ where a value goes
+    def fate(self, call: ast.Call, func: ast.AST | None) -> str:
+        """What becomes of the value of ``call`` (a handle, usually): see
+        :mod:`hooklint.static.core.summary` for the words."""
+        key = id(call)
+        found = self._fates.get(key)
+        if found is None:
+            self._fates[key] = "?"  # recursion guard
+            try:
+                found = self._fate(call, func)
+            except RecursionError:
+                found = "?"
+            self._fates[key] = found
+        return found
+
+    def _fate(self, node: ast.AST, func: ast.AST | None) -> str:
+        parent = getattr(node, "_hl_parent", None)
+        in_container = False
+        while True:
+            if isinstance(parent, (ast.List, ast.Tuple, ast.Set)) and not isinstance(getattr(parent, "ctx", None),
+                                                                                      ast.Store):
+                in_container = True
+            elif isinstance(parent, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) and node is parent.elt:
+                in_container = True
+            else:
+                break
+            node, parent = parent, getattr(parent, "_hl_parent", None)
+        found = self._value_fate(node, parent, func)
+        if in_container:
+            if found == "ret":
+                return "ret*"
+            if found.startswith("at:") and not found[3:].startswith(P.ELEMENT):
+                return "at:" + P.element(found[3:])
+        return found
+
+    def _value_fate(self, node: ast.AST, parent: ast.AST | None, func: ast.AST | None) -> str:
+        places = self.places
+        if isinstance(parent, ast.Expr):
+            return "drop"
+        if isinstance(parent, ast.Return):
+            return "ret"
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if len(targets) != 1:
+                return "?"
+            target = targets[0]
+            if isinstance(target, ast.Name):
+                return self._name_fate(target, parent, func, parent)
+            if isinstance(target, ast.Attribute):
+                place = places.of(target, func)
+                return "?" if place in (P.UNKNOWN, P.NEW) else "at:" + place
+            if isinstance(target, ast.Subscript):
+                holder = places.of(target.value, func)
+                if holder.startswith("l:") and isinstance(target.value, ast.Name):
+                    return self._container_fate(target.value, func, parent)
+                return "?" if holder in (P.UNKNOWN, P.NEW) else "at:" + P.element(holder)
+            return "?"
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
+                and parent.func.attr in STORE_METHODS and node in parent.args:
+            holder = places.of(parent.func.value, func)
+            if holder.startswith("l:") and isinstance(parent.func.value, ast.Name):
+                return self._container_fate(parent.func.value, func, self.statement(parent))
+            if holder in (P.UNKNOWN, P.NEW) or holder.startswith("c:"):
+                return "?"
+            return "at:" + P.element(holder)
+        return "?"
+
+    def _container_fate(self, holder: ast.Name, func: ast.AST | None, start: ast.AST) -> str:
+        """A local list (or dict) that handles go into: its own fate."""
+        bindings = self.model.bindings_at(holder) if hasattr(holder, "_hl_scope") else []
+        if len(bindings) != 1 or bindings[0].kind != "assign" or not isinstance(bindings[0].node, ast.AST):
+            return "?"
+        target = next((t for t in ast.walk(bindings[0].node) if isinstance(t, ast.Name) and t.id == holder.id
+                       and isinstance(t.ctx, ast.Store)), None)
+        if target is None:
+            return "?"
+        found = self._name_fate(target, bindings[0].node, func, start)
+        return found
+
+    def _name_fate(self, target: ast.Name, stmt: ast.AST, func: ast.AST | None, start: ast.AST) -> str:
+        """What becomes of the value bound to ``target`` at ``stmt``; paths are
+        followed from ``start`` (the statement that put the handle there)."""
+        model = self.model
+        scope = model.scope_of(target)
+        if target.id in scope.globals_ or target.id in scope.nonlocals:
+            return "?"
+        binding = next((b for b in scope.bindings.get(target.id, ()) if b.node is stmt), None)
+        if binding is None:
+            return "?"
+        owner = func if func is not None else model.tree
+        points: list[ast.AST] = []
+        stored = ""
+        for use in self._loads_of(owner, target.id):
+            if binding not in model.bindings_at(use):
+                continue
+            if self.places.owner(use) is not (func if isinstance(func, FunctionNode) else None):
+                return "?"  # a nested function uses it
+            kind, detail = self._use(use, func)
+            if kind == "escape":
+                return "?"
+            if kind == "ret":
+                return "ret"
+            if kind == "remove":
+                points.append(detail)  # type: ignore[arg-type]
+            elif kind == "store" and not stored:
+                stored = detail  # type: ignore[assignment]
+        return self._settle(points, stored, start, owner)
+
+    def _settle(self, points: list[ast.AST], stored: str, start: ast.AST, owner: ast.AST) -> str:
+        if points:
+            live = [p for p in points if self.can_run(p)]
+            start_stmt = self.statement(start)
+            if live and self.cfg(owner).every_path_passes(start_stmt, live):
+                return "rm"
+            if stored:
+                return stored
+            if live:
+                return f"rm?:{min(getattr(p, 'lineno', 0) for p in live)}"
+            return f"dead:{min(getattr(p, 'lineno', 0) for p in points)}"
+        if stored:
+            return stored
+        return "drop"
+
+    def _use(self, use: ast.Name, func: ast.AST | None) -> tuple[str, Any]:
+        """How one read of a handle (or of a container of handles) uses it."""
+        parent = getattr(use, "_hl_parent", None)
+        places = self.places
+        if isinstance(parent, ast.Return) and parent.value is use:
+            return "ret", None
+        if isinstance(parent, ast.Attribute) and parent.value is use:
+            call = getattr(parent, "_hl_parent", None)
+            is_call = isinstance(call, ast.Call) and call.func is parent
+            if parent.attr == "remove" and is_call and not call.args:  # type: ignore[union-attr]
+                return "remove", self.statement(call)  # type: ignore[arg-type]
+            if is_call and call.args and parent.attr in STORE_METHODS | {"pop", "get"}:  # type: ignore[union-attr]
+                return "neutral", None
+            if is_call and parent.attr in ("values", "items", "copy") and not call.args:  # type: ignore[union-attr]
+                return self._iterated_use(call, func)  # type: ignore[arg-type]
+            if is_call and parent.attr in ("clear",):
+                return "neutral", None
+            return "neutral", None
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is use:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], (ast.Attribute, ast.Subscript)):
+                place = places.of(targets[0] if isinstance(targets[0], ast.Attribute) else targets[0].value, func)
+                if place.startswith(("s", "p:", "e:", "g:")):
+                    if isinstance(targets[0], ast.Subscript):
+                        place = P.element(place)
+                    return "store", "at:" + place
+            return "escape", None
+        if isinstance(parent, ast.Call) and use in parent.args:
+            f = parent.func
+            if isinstance(f, ast.Attribute) and f.attr in STORE_METHODS:
+                holder = places.of(f.value, func)
+                if holder.startswith(("s", "p:", "e:", "g:")):
+                    return "store", "at:" + P.element(holder)
+                if holder.startswith("l:"):
+                    return "neutral", None  # into another local container: not followed further
+                return "escape", None
+            if isinstance(f, ast.Name) and f.id in _NEUTRAL_BUILTINS:
+                return "neutral", None
+            if isinstance(f, ast.Name) and f.id in ("list", "tuple", "reversed", "sorted", "iter", "enumerate"):
+                return self._iterated_use(parent, func)
+            # handed to a helper: does it remove what it is given?
+            removal = self._helper_removes(parent, use, func)
+            if removal is not None:
+                return removal
+            return "escape", None
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is use:
+            return self._loop_removes(parent, func)
+        if isinstance(parent, ast.comprehension) and parent.iter is use:
+            return self._loop_removes(parent, func)
+        if isinstance(parent, (ast.Compare, ast.BoolOp, ast.If, ast.While, ast.UnaryOp, ast.IfExp, ast.Assert)):
+            return "neutral", None
+        if isinstance(parent, ast.Subscript) and parent.value is use:
+            outer = getattr(parent, "_hl_parent", None)
+            call = getattr(outer, "_hl_parent", None)
+            if isinstance(outer, ast.Attribute) and outer.attr == "remove" and isinstance(call, ast.Call):
+                return "remove", self.statement(call)
+            return "neutral", None
+        if isinstance(parent, ast.Delete):
+            return "neutral", None
+        return "escape", None
+
+    def _iterated_use(self, call: ast.Call, func: ast.AST | None) -> tuple[str, Any]:
+        parent = getattr(call, "_hl_parent", None)
+        if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.iter is call:
+            return self._loop_removes(parent, func)
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("list", "tuple",
+                                                                                                    "reversed"):
+            return self._iterated_use(parent, func)
+        return "escape", None
+
+    def _loop_removes(self, loop: ast.AST, func: ast.AST | None) -> tuple[str, Any]:
+        """``for h in handles: h.remove()`` (or ``[h.remove() for h in handles]``)."""
+        target = loop.target  # type: ignore[attr-defined]
+        names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        body = loop.body if isinstance(loop, (ast.For, ast.AsyncFor)) else \
+            [getattr(loop, "_hl_parent", None)]
+        for stmt in body:
+            if stmt is None:
+                continue
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remove" \
+                        and not node.args:
+                    base = node.func.value
+                    while isinstance(base, ast.Subscript):
+                        base = base.value
+                    if isinstance(base, ast.Name) and base.id in names:
+                        point = loop if isinstance(loop, (ast.For, ast.AsyncFor)) else self.statement(loop)
+                        return "remove", point
+        return "neutral", None
+
+    def _helper_removes(self, call: ast.Call, use: ast.Name, func: ast.AST | None) -> tuple[str, Any] | None:
+        target = self.facts_of.callee(call, func)
+        if target is None:
+            return None
+        facts, edge, _name, _path, _line = target
+        index = call.args.index(use)
+        position = index + edge.bound
+        if position >= len(facts.params):
+            return None
+        param = facts.params[position]
+        for removal in facts.removes:
+            if removal.place in (f"p:{param}", f"e:p:{param}"):
+                return "remove", self.statement(call)
+        return None
+
+    def _loads_of(self, owner: ast.AST, name: str) -> list[ast.Name]:
+        found = self._loads.get(id(owner))
+        if found is None:
+            found = {}
+            body = owner.body if isinstance(owner, (ast.Module,) + FunctionNode) else []  # type: ignore[attr-defined]
+            stack = list(body)
+            while stack:
+                node = stack.pop()
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    found.setdefault(node.id, []).append(node)
+                stack.extend(ast.iter_child_nodes(node))
+            self._loads[id(owner)] = found
+        return found.get(name, [])
+
+
+def _is_static(func: ast.AST) -> bool:
+    from hooklint.static.semantic import is_staticmethod
+
+    return is_staticmethod(func)
+
+
+def _previous_exit(stmt: ast.AST, owner: ast.AST) -> ast.AST | None:
+    """The ``return``/``raise``/``break``/``continue`` before ``stmt`` in a
+    block around it, that makes it unreachable."""
+    child = stmt
+    cur = getattr(stmt, "_hl_parent", None)
+    while cur is not None and child is not owner:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(cur, field, None)
+            if isinstance(block, list) and child in block:
+                for earlier in block[:block.index(child)]:
+                    if isinstance(earlier, (ast.Return, ast.Raise, ast.Break, ast.Continue)):
+                        return earlier
+        if cur is owner:
+            break
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return None
+
+
+def _dead_branch(stmt: ast.AST, owner: ast.AST, model: SemanticModel) -> str | None:
+    child = stmt
+    cur = getattr(stmt, "_hl_parent", None)
+    while cur is not None and child is not owner:
+        if isinstance(cur, (ast.If, ast.While)) and child is not cur.test:
+            value = truth(model, cur.test)
+            in_body = child in cur.body
+            if value is not None and value != in_body:
+                try:
+                    text = ast.unparse(cur.test)
+                except Exception:  # noqa: BLE001 - odd trees must not crash a rule
+                    text = "the condition"
+                if len(text) > 40:
+                    text = text[:37] + "..."
+                return f"it is in a branch that never runs (`{text}` is always {'true' if value else 'false'})"
+        if cur is owner:
+            break
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return None
