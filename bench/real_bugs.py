@@ -1,20 +1,24 @@
 """Published PyTorch hook bugs, and hooklint's static pass run over them.
 
-    python bench/real_bugs.py [--cache DIR] [--cases a,b] [--list] [--json FILE]
-                              [-j N] [--download-only] [--data FILE]
+    python bench/real_bugs.py [--holdout | --all] [--cache DIR] [--cases a,b] [--list]
+                              [--json FILE] [-j N] [--download-only] [--data FILE]
 
-The cases live in bench/real_bugs.toml (each: a package release that ships a
-published hook bug, the file and lines of the bug, the rule that describes
-it, the release that fixed it), with a precision set of correct, hook-heavy
-files.  This script downloads every release it needs (`pip download
+The cases live in bench/real_bugs.toml, the tuning corpus (each: a package
+release that ships a published hook bug, the file and lines of the bug, the
+rule that describes it, the release that fixed it), with a precision set of
+correct, hook-heavy files.  bench/real_bugs_holdout.toml is a sealed hold-out
+half of the later cases: no rule is tuned on it, `--holdout` runs it alone
+(only at the end of a piece of work), `--all` runs both; the default runs the
+tuning corpus only.  This script downloads every release it needs (`pip download
 --no-deps`, through bench/corpus.py's helpers) into a cache outside the
 repository (default `~/.cache/hooklint-realbugs`, or `$HOOKLINT_REALBUGS`),
 runs `hooklint check --static-only` on each whole unpacked release, as a user
 would (cross-file analysis sees the whole package), and prints:
 
-- recall per bug class and overall: a case is found when a finding with one
-  of the case's expected rule codes lands on the bug's lines in the buggy
-  release (HKL101 alone never finds a case);
+- recall per bug class and overall, for the chosen set: a case is found when
+  a finding with one of the case's expected rule codes lands on the bug's
+  lines in the buggy release (HKL101 alone never finds a case); a case with
+  `expected = []` (no rule describes the bug yet) counts as a miss;
 - for fixed releases, whether that finding is gone;
 - precision per rule: findings on the correct files and in the fixed files
   count as false positives unless judged true in the data file; findings
@@ -48,6 +52,7 @@ sys.path.insert(0, str(BENCH))
 import corpus  # noqa: E402  (bench/corpus.py: download and unpack helpers)
 
 DATA_FILE = BENCH / "real_bugs.toml"
+HOLDOUT_FILE = BENCH / "real_bugs_holdout.toml"
 
 # Bug classes: key -> title.  A case names one; the figures are per class.
 CLASSES: dict[str, str] = {
@@ -65,6 +70,20 @@ CLASSES: dict[str, str] = {
     "hook-mutates-argument": "hook mutating its argument in place",
     "hook-return-arity": "hook returning the wrong number of values",
     "function-grad": "custom autograd.Function gradient count / order",
+    # Classes of the cases added for issue 15 (published bugs in libraries the
+    # rules were not written for); most have no rule yet.
+    "hook-on-tensor-without-grad": "tensor hook registered on a tensor that may not require grad",
+    "handle-bookkeeping": "hook handles stored, cleared or removed inconsistently",
+    "hook-argument-structure": "hook assumes one positional tensor input / one tensor output",
+    "saved-tensors-hook": "saved-tensor pack / unpack hooks that do not round-trip",
+    "hook-under-compile": "hook body torch.compile cannot trace",
+    "duplicate-registration": "one hook registered several times on a shared module in one pass",
+    "forward-hook-replaces-output": "forward hook returns a value that replaces the module's output",
+    "backward-hook-never-fires": "backward hook on a module whose output may not require grad",
+    "backward-to-run-hooks-writes-grad": "backward() run only to trigger hooks also writes .grad",
+    "hook-outlives-phase": "hook left active after the phase it serves",
+    "function-returns-view": "custom autograd.Function returns a view of a tensor it created",
+    "function-backward-writes-grad": "custom Function backward runs a nested backward into .grad",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
@@ -98,6 +117,12 @@ class Case:
     fixed_path: str = ""
     fixed_lines: tuple[tuple[int, int], ...] = ()
     needs: tuple[str, ...] = ()
+    corpus: str = "tuning"  # "tuning" (real_bugs.toml) or "holdout" (real_bugs_holdout.toml)
+
+    @property
+    def described(self) -> bool:
+        """Whether some rule describes the bug (`expected = []`: none does yet)."""
+        return bool(self.expected)
 
     def on_lines(self, row: int) -> bool:
         return any(first <= row <= last for first, last in self.lines)
@@ -137,8 +162,10 @@ class Data:
     capabilities: dict[str, str]
 
 
-def validate(raw: dict, known_codes: set[str] | None = None) -> list[str]:
-    """Problems in the parsed data file, one line each (empty when fine)."""
+def validate(raw: dict, known_codes: set[str] | None = None, holdout: bool = False) -> list[str]:
+    """Problems in the parsed data file, one line each (empty when fine).  The
+    hold-out file holds cases only, and no case of it says what it `needs`
+    (nobody analyses why a sealed case is missed)."""
     problems: list[str] = []
     codes_ok = (known_codes or set()) | PLANNED_CODES
     capabilities = raw.get("capabilities", {})
@@ -187,8 +214,8 @@ def validate(raw: dict, known_codes: set[str] | None = None) -> list[str]:
             problems.append(f"{where}: unknown class {entry['class']!r}")
         expected = entry.get("expected")
         if expected is not None:
-            if not isinstance(expected, list) or not expected:
-                problems.append(f"{where}: expected must be a non-empty list of rule codes")
+            if not isinstance(expected, list):
+                problems.append(f"{where}: expected must be a list of rule codes ([] when no rule describes it)")
             else:
                 for code in expected:
                     check_code(where, code)
@@ -196,6 +223,8 @@ def validate(raw: dict, known_codes: set[str] | None = None) -> list[str]:
                     problems.append(f"{where}: HKL101 alone cannot describe a bug")
         if "source" in entry and isinstance(entry["source"], str) and not entry["source"].startswith("https://"):
             problems.append(f"{where}: source must be a URL")
+        if holdout and "needs" in entry:
+            problems.append(f"{where}: a hold-out case has no `needs`")
         for cap in entry.get("needs", []):
             if cap not in capabilities:
                 problems.append(f"{where}: needs {cap!r}, which [capabilities] does not define")
@@ -231,22 +260,73 @@ def validate(raw: dict, known_codes: set[str] | None = None) -> list[str]:
         if not isinstance(entry.get("line", 0), int):
             problems.append(f"{where}: line must be an integer")
 
-    unknown = set(raw) - {"case", "correct", "judgement", "capabilities"}
+    allowed = {"case"} if holdout else {"case", "correct", "judgement", "capabilities"}
+    unknown = set(raw) - allowed
     if unknown:
         problems.append(f"unknown top-level keys: {', '.join(sorted(unknown))}")
     return problems
 
 
-def load_data(path: Path = DATA_FILE, known_codes: set[str] | None = None) -> Data:
+def validate_sets(raws: dict[str, dict]) -> list[str]:
+    """Problems across the data files (set name -> parsed file): an id is
+    unique over all of them, and no release file is a case of both sets."""
+    problems: list[str] = []
+    owner: dict[str, str] = {}
+    cases_at: dict[tuple, str] = {}
+    for name, raw in raws.items():
+        for kind in ("case", "correct"):
+            for entry in raw.get(kind, []):
+                ident = str(entry.get("id", "?"))
+                if ident in owner and owner[ident] != name:
+                    problems.append(f"{kind} {ident!r} is in both the {owner[ident]} and the {name} set")
+                owner.setdefault(ident, name)
+        for entry in raw.get("case", []):
+            key = (entry.get("package"), entry.get("buggy"), entry.get("path"), str(entry.get("lines")))
+            if key in cases_at and cases_at[key] != name:
+                problems.append(f"case {entry.get('id')!r}: the same bug is a case of the {cases_at[key]} set")
+            cases_at.setdefault(key, name)
+    return problems
+
+
+SET_FILES = {"tuning": DATA_FILE, "holdout": HOLDOUT_FILE}
+
+
+def read_raw(path: Path) -> dict:
     with open(path, "rb") as handle:
-        raw = tomllib.load(handle)
-    problems = validate(raw, known_codes)
+        return tomllib.load(handle)
+
+
+def load_sets(sets: list[str], known_codes: set[str] | None = None,
+              paths: dict[str, Path] | None = None) -> Data:
+    """The chosen sets ("tuning", "holdout") merged into one Data; the correct
+    files, judgements and capabilities live in the tuning file only."""
+    paths = {**SET_FILES, **(paths or {})}
+    raws = {name: read_raw(paths[name]) for name in sets}
+    problems = validate_sets(raws)
+    if problems:
+        raise ValueError("; ".join(problems))
+    merged = Data([], [], [], {})
+    for name in sets:
+        data = load_data(paths[name], known_codes, corpus=name, raw=raws[name])
+        merged.cases += data.cases
+        merged.correct += data.correct
+        merged.judgements += data.judgements
+        merged.capabilities.update(data.capabilities)
+    return merged
+
+
+def load_data(path: Path = DATA_FILE, known_codes: set[str] | None = None, corpus: str = "tuning",
+              raw: dict | None = None) -> Data:
+    if raw is None:
+        raw = read_raw(path)
+    problems = validate(raw, known_codes, holdout=corpus == "holdout")
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
     cases = [Case(id=c["id"], package=c["package"], buggy=c["buggy"], fixed=c["fixed"], path=c["path"],
                   lines=tuple((a, b) for a, b in c["lines"]), bug_class=c["class"], expected=tuple(c["expected"]),
                   source=c["source"], description=c["description"].strip(), fixed_path=c.get("fixed_path", ""),
-                  fixed_lines=tuple((a, b) for a, b in c.get("fixed_lines", ())), needs=tuple(c.get("needs", ())))
+                  fixed_lines=tuple((a, b) for a, b in c.get("fixed_lines", ())), needs=tuple(c.get("needs", ())),
+                  corpus=corpus)
              for c in raw.get("case", [])]
     correct = [CorrectFile(id=c["id"], package=c["package"], version=c["version"], path=c["path"],
                            description=c["description"].strip(), accept=dict(c.get("accept", {})))
@@ -268,7 +348,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", type=Path, default=None,
                         help="Download folder (default: $HOOKLINT_REALBUGS or ~/.cache/hooklint-realbugs).")
     parser.add_argument("--cases", default="", help="Comma-separated case / correct-file ids (default: all).")
-    parser.add_argument("--data", type=Path, default=DATA_FILE, help="The case list (default: bench/real_bugs.toml).")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--holdout", action="store_true",
+                       help="Run the sealed hold-out set (bench/real_bugs_holdout.toml) alone; only at the end of "
+                            "a piece of work, never to tune a rule.")
+    which.add_argument("--all", action="store_true", help="Run the tuning corpus and the hold-out set.")
+    parser.add_argument("--data", type=Path, default=DATA_FILE,
+                        help="The tuning case list (default: bench/real_bugs.toml).")
+    parser.add_argument("--holdout-data", type=Path, default=HOLDOUT_FILE,
+                        help="The hold-out case list (default: bench/real_bugs_holdout.toml).")
     parser.add_argument("--list", action="store_true",
                         help="Print the false positives and every finding no case or judgement accounts for.")
     parser.add_argument("--json", type=Path, help="Write the raw results to this file.")
@@ -283,6 +371,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.jobs < 1:
         parser.error("-j must be at least 1")
     args.selected = [s.strip() for s in args.cases.split(",") if s.strip()]
+    args.sets = ["holdout"] if args.holdout else ["tuning", "holdout"] if args.all else ["tuning"]
     return args
 
 
@@ -369,7 +458,7 @@ class CaseResult:
     status: str  # found | missed | unavailable
     hits: list[dict] = field(default_factory=list)  # expected-code findings on the lines
     on_lines: list[dict] = field(default_factory=list)  # other findings on the lines
-    fixed_status: str = "no fixed release"  # gone | still reported | file absent | unavailable
+    fixed_status: str = "no fixed release"  # gone | still reported | no rule | file absent | unavailable
     fixed_leftovers: list[dict] = field(default_factory=list)
 
 
@@ -421,7 +510,10 @@ def score(data: Data, releases: dict[tuple[str, str], Release], cases: list[Case
                         fp_list.append((case.package, case.fixed, f, f"fixed release of {case.id}"))
                 result.fixed_leftovers = leftovers
                 expected_left = [f for f in leftovers if f["code"] in case.expected]
-                result.fixed_status = "still reported" if expected_left else "gone"
+                if not case.described:
+                    result.fixed_status = "no rule"  # nothing could have been reported, so nothing is "gone"
+                else:
+                    result.fixed_status = "still reported" if expected_left else "gone"
         results.append(result)
 
     correct_results = []
@@ -464,7 +556,33 @@ def describe(f: dict) -> str:
     return f"{f['path']}:{f['location']['row']}:{f['location']['column']}: {f['code']} {f['message']}"
 
 
+def set_label(sets: list[str]) -> str:
+    files = {"tuning": "bench/real_bugs.toml", "holdout": "bench/real_bugs_holdout.toml (SEALED hold-out)"}
+    return " + ".join(f"{name} ({files[name]})" for name in sets)
+
+
+def recall(results: list[CaseResult]) -> dict:
+    """Recall per class and overall over the available cases; a case no rule
+    describes (`expected = []`) is a miss, counted apart as `no_rule`."""
+    available = [r for r in results if r.status != "unavailable"]
+    per_class: dict[str, dict[str, int]] = {}
+    for key in CLASSES:
+        rs = [r for r in available if r.case.bug_class == key]
+        if rs:
+            per_class[key] = {"found": sum(r.status == "found" for r in rs), "cases": len(rs),
+                              "no_rule": sum(not r.case.described for r in rs)}
+    per_set: dict[str, dict[str, int]] = {}
+    for name in dict.fromkeys(r.case.corpus for r in available):
+        rs = [r for r in available if r.case.corpus == name]
+        per_set[name] = {"found": sum(r.status == "found" for r in rs), "cases": len(rs),
+                         "no_rule": sum(not r.case.described for r in rs)}
+    overall = {"found": sum(r.status == "found" for r in available), "cases": len(available),
+               "no_rule": sum(not r.case.described for r in available)}
+    return {"per_class": per_class, "per_set": per_set, "overall": overall}
+
+
 def report(data: Data, releases: dict[tuple[str, str], Release], scored: dict, args: argparse.Namespace) -> None:
+    print(f"set: {set_label(args.sets)}")
     total_time = sum(r.seconds for r in releases.values())
     print(f"releases: {len(releases)} ({sum(r.files for r in releases.values())} Python files), "
           f"static pass {total_time:.1f} s in all")
@@ -485,23 +603,26 @@ def report(data: Data, releases: dict[tuple[str, str], Release], scored: dict, a
             mark = {"found": "FOUND ", "missed": "missed", "unavailable": "n/a   "}[r.status]
             got = ", ".join(sorted({f["code"] for f in r.on_lines})) or "nothing"
             detail = "" if r.status != "missed" else f"  (on the lines: {got})"
+            if r.status == "missed" and not c.described:
+                detail = f"  (no rule describes it; on the lines: {got})"
             fixed = f"; fixed {c.fixed}: {r.fixed_status}" if c.fixed else ""
-            print(f"  {mark} {c.id:48s} {'/'.join(c.expected):15s}{detail}{fixed}")
+            print(f"  {mark} {c.id:48s} {'/'.join(c.expected) or '-':15s}{detail}{fixed}")
 
-        print("\nrecall per class (static pass, finding with the expected rule on the bug's lines):")
-        by_class: dict[str, list[CaseResult]] = collections.defaultdict(list)
-        for r in results:
-            if r.status != "unavailable":
-                by_class[r.case.bug_class].append(r)
-        for key, title in CLASSES.items():
-            rs = by_class.get(key)
-            if not rs:
-                continue
-            n_found = sum(r.status == "found" for r in rs)
-            print(f"  {key:28s} {n_found:3d} / {len(rs):<3d} {pct(n_found, len(rs)):>5s}  {title}")
+        print(f"\nrecall per class, {'+'.join(args.sets)} set (static pass, finding with the expected rule on "
+              "the bug's lines; a case no rule describes is a miss):")
+        table = recall(results)
+        for key, row in table["per_class"].items():
+            no_rule = f"  [{row['no_rule']} no rule]" if row["no_rule"] else ""
+            print(f"  {key:34s} {row['found']:3d} / {row['cases']:<3d} {pct(row['found'], row['cases']):>5s}  "
+                  f"{CLASSES[key]}{no_rule}")
+        if len(table["per_set"]) > 1:
+            for name, row in table["per_set"].items():
+                print(f"  {'overall, ' + name:34s} {row['found']:3d} / {row['cases']:<3d} "
+                      f"{pct(row['found'], row['cases']):>5s}  ({row['no_rule']} with no rule)")
+        row = table["overall"]
+        print(f"  {'overall':34s} {row['found']:3d} / {row['cases']:<3d} {pct(row['found'], row['cases']):>5s}  "
+              f"({row['no_rule']} with no rule)")
         available = [r for r in results if r.status != "unavailable"]
-        n_found = sum(r.status == "found" for r in available)
-        print(f"  {'overall':28s} {n_found:3d} / {len(available):<3d} {pct(n_found, len(available)):>5s}")
         unavailable = [r.case.id for r in results if r.status == "unavailable"]
         if unavailable:
             print(f"  left out (release unavailable or check failed): {', '.join(unavailable)}")
@@ -550,12 +671,15 @@ def report(data: Data, releases: dict[tuple[str, str], Release], scored: dict, a
                 print(f"  [{package}=={version}] {describe(f)}")
 
 
-def to_json(releases: dict[tuple[str, str], Release], scored: dict) -> dict:
+def to_json(releases: dict[tuple[str, str], Release], scored: dict, sets: list[str] | None = None) -> dict:
     return {
+        "sets": sets or ["tuning"],
+        "recall": recall(scored["cases"]),
         "releases": [{"package": r.package, "version": r.version, "files": r.files, "seconds": round(r.seconds, 3),
                       "problem": r.problem, "error": r.error, "findings": r.findings}
                      for r in releases.values()],
-        "cases": [{"id": r.case.id, "class": r.case.bug_class, "expected": list(r.case.expected),
+        "cases": [{"id": r.case.id, "set": r.case.corpus, "class": r.case.bug_class,
+                   "expected": list(r.case.expected),
                    "status": r.status, "hits": r.hits, "on_lines": r.on_lines,
                    "fixed": r.case.fixed, "fixed_status": r.fixed_status, "fixed_leftovers": r.fixed_leftovers,
                    "needs": list(r.case.needs)}
@@ -571,7 +695,7 @@ def to_json(releases: dict[tuple[str, str], Release], scored: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        data = load_data(args.data, rule_codes())
+        data = load_sets(args.sets, rule_codes(), paths={"tuning": args.data, "holdout": args.holdout_data})
     except (OSError, ValueError, tomllib.TOMLDecodeError) as exc:
         print(f"real_bugs: {exc}", file=sys.stderr)
         return 2
@@ -605,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     scored = score(data, releases, cases, correct)
     report(data, releases, scored, args)
     if args.json:
-        args.json.write_text(json.dumps(to_json(releases, scored), indent=1))
+        args.json.write_text(json.dumps(to_json(releases, scored, args.sets), indent=1))
     return 1 if any(r.error for r in releases.values()) else 0
 
 

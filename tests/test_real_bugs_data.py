@@ -1,5 +1,7 @@
-"""bench/real_bugs.toml (published hook bugs, correct files, judgements) and
-bench/real_bugs.py's argument parsing and scoring, without any download."""
+"""bench/real_bugs.toml (published hook bugs, correct files, judgements), the
+sealed bench/real_bugs_holdout.toml, and bench/real_bugs.py's argument parsing
+and scoring, without any download (and without running hooklint on the
+hold-out set)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "real_bugs.toml"
+HOLDOUT = REPO / "bench" / "real_bugs_holdout.toml"
 
 
 def load_bench():
@@ -33,12 +36,47 @@ def raw():
 
 
 @pytest.fixture(scope="module")
+def holdout_raw():
+    with open(HOLDOUT, "rb") as handle:
+        return tomllib.load(handle)
+
+
+@pytest.fixture(scope="module")
 def data():
     return rb.load_data(DATA, rb.rule_codes())
 
 
+@pytest.fixture(scope="module")
+def both():
+    """Both sets, loaded as `--all` loads them."""
+    return rb.load_sets(["tuning", "holdout"], rb.rule_codes())
+
+
 def test_data_file_is_valid(raw):
     assert rb.validate(raw, rb.rule_codes()) == []
+
+
+def test_holdout_file_is_valid(holdout_raw):
+    assert rb.validate(holdout_raw, rb.rule_codes(), holdout=True) == []
+
+
+def test_ids_are_unique_across_both_files(raw, holdout_raw):
+    assert rb.validate_sets({"tuning": raw, "holdout": holdout_raw}) == []
+
+
+def test_holdout_is_sealed_and_sized(holdout_raw):
+    header = HOLDOUT.read_text().splitlines()[0]
+    assert "SEALED HOLD-OUT SET" in header
+    cases = holdout_raw["case"]
+    assert len(cases) >= 14
+    assert not any("needs" in c for c in cases)
+    assert set(holdout_raw) == {"case"}
+
+
+def test_both_sets_load_with_their_names(both):
+    by_set = {name: [c for c in both.cases if c.corpus == name] for name in ("tuning", "holdout")}
+    assert by_set["tuning"] and by_set["holdout"]
+    assert {c.id for c in by_set["tuning"]} == {c.id for c in rb.load_data(DATA, rb.rule_codes()).cases}
 
 
 def test_corpus_size(data):
@@ -53,9 +91,9 @@ def test_every_case_has_every_field(raw):
         assert not missing, (entry.get("id"), missing)
 
 
-def test_case_codes_and_classes(data):
+def test_case_codes_and_classes(both):
     known = rb.rule_codes() | rb.PLANNED_CODES
-    for case in data.cases:
+    for case in both.cases:
         assert case.bug_class in rb.CLASSES, case.id
         assert set(case.expected) <= known, case.id
         assert case.expected != ("HKL101",), case.id
@@ -75,10 +113,10 @@ CODE_LINE = re.compile(r"^\s*((def|class)\s+\w+\s*[(:]"
                        r"|(if|for|with|while|try|else|elif)\b.*:\s*$)")
 
 
-def test_descriptions_are_prose_not_code(data):
+def test_descriptions_are_prose_not_code(both):
     """Descriptions are written in our words; no third-party code is copied
     beyond short identifiers."""
-    for item in [*data.cases, *data.correct]:
+    for item in [*both.cases, *both.correct]:
         text = item.description
         assert len(text) >= 100, item.id
         assert "```" not in text, item.id
@@ -158,12 +196,43 @@ def test_a_good_case_is_accepted():
     assert rb.validate({"case": [good_case()]}, {"HKL304"}) == []
 
 
+def test_a_case_no_rule_describes_is_accepted():
+    """`expected = []`: the bug is real, no rule describes it yet (it counts as a miss)."""
+    assert rb.validate({"case": [good_case(expected=[], **{"class": "handle-bookkeeping"})]}, {"HKL304"}) == []
+
+
+@pytest.mark.parametrize(("raw_file", "message"), [
+    ({"case": [good_case(needs=["x"])], "capabilities": {"x": "y"}}, "a hold-out case has no `needs`"),
+    ({"case": [good_case()], "correct": []}, "unknown top-level keys: correct"),
+    ({"case": [good_case(expected="HKL304")]}, "expected must be a list"),
+])
+def test_validate_reports_bad_holdout_files(raw_file, message):
+    problems = rb.validate(raw_file, {"HKL304"}, holdout=True)
+    assert any(message in p for p in problems), problems
+
+
+def test_validate_sets_reports_ids_and_bugs_in_both_sets():
+    tuning = {"case": [good_case()], "correct": [{"id": "ok-x"}]}
+    holdout = {"case": [good_case(), good_case(id="other-id"), good_case(id="ok-x", path="pkg/other.py")]}
+    text = "\n".join(rb.validate_sets({"tuning": tuning, "holdout": holdout}))
+    assert "case 'a-case' is in both the tuning and the holdout set" in text
+    assert "case 'other-id': the same bug is a case of the tuning set" in text
+    assert "case 'ok-x' is in both" in text
+    assert rb.validate_sets({"tuning": tuning, "holdout": {"case": [good_case(id="b", path="pkg/b.py")]}}) == []
+
+
 # --- arguments ---------------------------------------------------------------
 
 def test_parse_args_defaults():
     args = rb.parse_args([])
     assert args.selected == [] and args.list is False and args.json is None
     assert args.data == rb.DATA_FILE and args.cache is None and args.jobs >= 1
+    assert args.sets == ["tuning"] and args.holdout_data == rb.HOLDOUT_FILE
+
+
+@pytest.mark.parametrize(("argv", "sets"), [(["--holdout"], ["holdout"]), (["--all"], ["tuning", "holdout"])])
+def test_parse_args_chooses_the_set(argv, sets):
+    assert rb.parse_args(argv).sets == sets
 
 
 def test_parse_args_subset_and_outputs(tmp_path):
@@ -173,7 +242,7 @@ def test_parse_args_subset_and_outputs(tmp_path):
     assert args.list and args.jobs == 3 and args.json == tmp_path / "out.json" and args.cache == tmp_path
 
 
-@pytest.mark.parametrize("argv", [["-j", "0"], ["--nope"], ["-j", "many"]])
+@pytest.mark.parametrize("argv", [["-j", "0"], ["--nope"], ["-j", "many"], ["--holdout", "--all"]])
 def test_parse_args_rejects_bad_arguments(argv):
     with pytest.raises(SystemExit) as exc:
         rb.parse_args(argv)
@@ -183,6 +252,21 @@ def test_parse_args_rejects_bad_arguments(argv):
 def test_unknown_case_id_fails_before_any_download(capsys, tmp_path):
     assert rb.main(["--cases", "no-such-case", "--cache", str(tmp_path / "cache")]) == 2
     assert "unknown ids: no-such-case" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()
+
+
+def test_tuning_run_does_not_know_holdout_ids(capsys, tmp_path, holdout_raw):
+    """The default run is the tuning corpus only: a hold-out id is unknown there."""
+    sealed = holdout_raw["case"][0]["id"]
+    assert rb.main(["--cases", sealed, "--cache", str(tmp_path / "cache")]) == 2
+    assert f"unknown ids: {sealed}" in capsys.readouterr().err
+
+
+def test_a_bad_holdout_file_fails_before_any_download(capsys, tmp_path):
+    bad = tmp_path / "holdout.toml"
+    bad.write_text(DATA.read_text())  # correct files and needs are not allowed in the hold-out file
+    assert rb.main(["--holdout", "--holdout-data", str(bad), "--cache", str(tmp_path / "cache")]) == 2
+    assert "hold-out" in capsys.readouterr().err
     assert not (tmp_path / "cache").exists()
 
 
@@ -267,3 +351,28 @@ def test_score_leaves_out_unavailable_releases(tmp_path):
     scored = rb.score(data, {("pkg", "1.0"): rb.Release("pkg", "1.0", problem="no such version")},
                       data.cases, [])
     assert scored["cases"][0].status == "unavailable"
+
+
+def test_a_case_no_rule_describes_is_a_miss_in_its_class(tmp_path):
+    described = rb.Case("found-one", "pkg", "1.0", "", "pkg/a.py", ((10, 12),), "leak", ("HKL304",),
+                        "https://example.org", "d")
+    undescribed = rb.Case("no-rule", "pkg", "1.0", "1.1", "pkg/b.py", ((5, 5),), "handle-bookkeeping", (),
+                          "https://example.org", "d", corpus="holdout")
+    data = rb.Data([described, undescribed], [], [], {})
+    releases = {
+        ("pkg", "1.0"): release(tmp_path, "pkg", "1.0", ["pkg/a.py", "pkg/b.py"], [
+            finding("pkg/a.py", 11, "HKL304"),
+            finding("pkg/b.py", 5, "HKL101"),
+        ]),
+        ("pkg", "1.1"): release(tmp_path, "pkg", "1.1", ["pkg/b.py"], []),
+    }
+    scored = rb.score(data, releases, data.cases, [])
+    by_id = {r.case.id: r for r in scored["cases"]}
+    assert by_id["no-rule"].status == "missed" and by_id["no-rule"].fixed_status == "no rule"
+    table = rb.recall(scored["cases"])
+    assert table["per_class"]["handle-bookkeeping"] == {"found": 0, "cases": 1, "no_rule": 1}
+    assert table["per_class"]["leak"] == {"found": 1, "cases": 1, "no_rule": 0}
+    assert table["per_set"] == {"tuning": {"found": 1, "cases": 1, "no_rule": 0},
+                                "holdout": {"found": 0, "cases": 1, "no_rule": 1}}
+    assert table["overall"] == {"found": 1, "cases": 2, "no_rule": 1}
+    assert rb.to_json(releases, scored, ["tuning", "holdout"])["sets"] == ["tuning", "holdout"]
