@@ -22,6 +22,7 @@ _RULE_MODULES = (
     "hooklint.rules.module_hook_registered_after_forward",
     "hooklint.rules.forward_bypasses_hooks",
     "hooklint.rules.hook_leak",
+    "hooklint.rules.hook_leak_on_exception",
     "hooklint.rules.shared_hook_handles",
     "hooklint.rules.hook_removed_while_needed",
     "hooklint.rules.hook_mutates_argument",

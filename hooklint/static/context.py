@@ -41,7 +41,14 @@ class FileContext:
 
     @cached_property
     def hooks(self) -> HookIndex:
-        return HookIndex(self.model, self.inference)
+        index = HookIndex(self.model, self.inference)
+        index.through_other_files = self._registrations_through_other_files
+        return index
+
+    def _registrations_through_other_files(self) -> list:
+        if not self.project.external_names():
+            return []
+        return [r for r in self.core.wrapped() if r.wrapper_chain and r.wrapper_chain[0][1]]
 
     @cached_property
     def core(self) -> Core:

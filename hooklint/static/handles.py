@@ -427,6 +427,14 @@ class RemovalFlow:
                                               tuple(dict.fromkeys(at for _o, _r, at in regs))))
         return out
 
+    def removals_of_key(self, func: ast.AST, key: StorageKey) -> list[ast.AST]:
+        """The calls in ``func`` that remove the handles kept under ``key``
+        (directly, or through a helper)."""
+        out: list[ast.AST] = []
+        for stmt in _statements(func):
+            out += [node for k, node in self.removed_in(stmt, func) if k == key]
+        return out
+
     def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
         """A call that runs the caller's code (its model, a function it
         passed) between the registration and the removal."""
@@ -489,6 +497,8 @@ def _container_of(iterable: ast.AST) -> ast.AST:
 _CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
 _DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
 _CLEANUP_CALLS = ("remove", "del", "clear", "reset", "restore", "undo", "close", "detach")
+_INSPECTING_BUILTINS = frozenset({"len", "isinstance", "hasattr", "getattr", "id", "type", "print", "repr", "str",
+                                  "list", "tuple", "dict", "set", "sorted", "bool", "int", "float"})
 
 
 def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
@@ -512,6 +522,8 @@ def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, 
         return False
 
     func = call.func
+    if isinstance(func, ast.Name) and func.id in _INSPECTING_BUILTINS:
+        return False  # `len(layer._forward_hooks)` reads, it runs nothing
     called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower().strip("_")
     if called.split("_")[0] in _CLEANUP_CALLS:
         return False  # tidying up after the run (`self.remove_attributes(self.model)`)
@@ -527,26 +539,12 @@ def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, 
 
 
 def _protected(flow: RemovalFlow, removal: ast.AST, risky: ast.AST, func: ast.AST, key: StorageKey) -> bool:
-    """Is the removal in a ``finally`` or an ``except`` block, or does a
-    ``try`` around the risky call remove the same handles in its ``finally``
-    or a handler?"""
-    child: ast.AST = removal
-    cur = getattr(removal, "_hl_parent", None)
-    while cur is not None and cur is not func:
-        if isinstance(cur, ast.Try) and child in cur.finalbody:
-            return True
-        if isinstance(cur, ast.ExceptHandler):
-            return True
-        child, cur = cur, getattr(cur, "_hl_parent", None)
-    cur = getattr(risky, "_hl_parent", None)
-    child = risky
-    while cur is not None and cur is not func:
-        if isinstance(cur, ast.Try) and child in cur.body:
-            for stmt in list(cur.finalbody) + [s for h in cur.handlers for s in h.body]:
-                if any(k == key for k, _n in flow.removed_in(stmt, func)):
-                    return True
-        child, cur = cur, getattr(cur, "_hl_parent", None)
-    return False
+    """When ``risky`` raises, does every way out of the function pass a
+    removal of the same handles (a ``finally``, a handler that removes and
+    re-raises)?  Asked of the function's control-flow graph."""
+    core = flow.ctx.core
+    points = [core.removal_point(node) for node in flow.removals_of_key(func, key)] or [core.removal_point(removal)]
+    return not core.cfg(func).exception_escapes(core.statement(risky), points)
 
 
 def _blocks(func: ast.AST) -> Iterator[list[ast.stmt]]:
@@ -1011,3 +1009,48 @@ def _element_read(element: ast.AST, info: HookWrapper) -> bool:
     parent = getattr(element, "_hl_parent", None)
     return isinstance(parent, ast.Attribute) and parent.value is element and parent.attr not in info.cleanup \
         and isinstance(parent.ctx, ast.Load) and not isinstance(getattr(parent, "_hl_parent", None), ast.Call)
+
+
+def _statements(func: ast.AST) -> Iterator[ast.stmt]:
+    """The simple statements of a function (not of nested functions), and
+    the headers of its compound ones, in source order."""
+    for block in _blocks(func):
+        for stmt in block:
+            if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
+                continue
+            yield stmt
+
+
+def functions_reaching(ctx: "FileContext", functions: dict[int, ast.AST]) -> dict[int, ast.AST]:
+    """``functions`` and the functions of the file that call one of them by
+    name (``self._remove_hooks()``, ``helper(m)``, ``model.apply(helper)``),
+    one level up: the helpers a function uses to register or remove."""
+    out = dict(functions)
+    model = ctx.model
+    for func in list(functions.values()):
+        name = getattr(func, "name", None)
+        if name is None:
+            continue
+        calls = list(model.method_calls.get(name, ())) + list(model.name_calls.get(name, ()))
+        calls += [c for c in model.method_calls.get("apply", ()) if c.args and
+                  getattr(c.args[0], "attr", getattr(c.args[0], "id", None)) == name]
+        for call in calls:
+            caller = function_of(call)
+            if isinstance(caller, FunctionNode):
+                out.setdefault(id(caller), caller)
+    return out
+
+
+def is_test_file(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") \
+        or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py"
+
+
+def is_script(tree: ast.Module) -> bool:
+    """A file with an ``if __name__ == "__main__":`` block (a conversion script in a package)."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name) \
+                and stmt.test.left.id == "__name__":
+            return True
+    return False

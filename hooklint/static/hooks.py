@@ -16,6 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable
 
 from hooklint.static.semantic import FunctionNode, SemanticModel
 from hooklint.static.travel import EMPTY, Env, Resolver
@@ -124,6 +125,8 @@ class Registration:
     via: tuple[ast.Call, ...] = ()
     receiver_origin: ast.AST | None = None
     hook_origin: ast.AST | None = None
+    # made through a function of the project (hooklint.static.core.summary.Reg): `call` is the call of it
+    summary: object = None
 
     @property
     def method_name(self) -> str:
@@ -185,8 +188,17 @@ class Registration:
             target = f"`{text}`"
         return target + self.via_text()
 
+    @property
+    def wrapper_chain(self) -> tuple[tuple[str, str, int], ...]:
+        """The wrappers a call-site registration goes through: (name, path, line), outermost first."""
+        return getattr(self.summary, "chain", ()) or ()
+
     def via_text(self) -> str:
         """`` (through `add_hook(...)` at line 12)`` for a registration reached through calls."""
+        if self.summary is not None:
+            links = [f"`{name}`" + (f" ({path}:{line})" if path else f" (line {line})")
+                     for name, path, line in self.wrapper_chain]
+            return (" (through " + ", then ".join(links) + ")") if links else ""
         if not self.via:
             return ""
         calls = [f"`{_call_head(c)}` at line {c.lineno}" for c in reversed(self.via)]
@@ -211,6 +223,9 @@ class HookIndex:
         self.inference = inference
         self.resolver = Resolver(model, inference)
         self.dead: list[tuple[Registration, str]] = []
+        # registrations this file makes through wrappers defined in other files (set by the file's context:
+        # the summaries of the core, hooklint.static.core); wrappers of this file are followed by travel.py
+        self.through_other_files: Callable[[], list[Registration]] | None = None
 
     @cached_property
     def _all(self) -> list[tuple[Registration, list[Registration]]]:
@@ -258,7 +273,10 @@ class HookIndex:
 
     @cached_property
     def instances(self) -> list[Registration]:
-        return [reg for _base, group in self._all for reg in group]
+        found = [reg for _base, group in self._all for reg in group]
+        if self.through_other_files is not None:
+            found += self.through_other_files()
+        return found
 
     def instances_by_kind(self, *kinds: HookKind) -> list[Registration]:
         return [r for r in self.instances if r.kind in kinds]

@@ -31,7 +31,7 @@ MAX_SUBCLASS_NAMES = 16
 _KIND_RANK = {"loop": 0, "comprehension": 0, "step": 1, "repeat": 2}
 # Reasons that are not a call shown in the checked files: the function is an
 # entry point that users call (the rules report them at a lower severity).
-UNPROVEN = frozenset({"public", "constructor", "function"})
+UNPROVEN = frozenset({"public", "constructor", "function", "method"})
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class Reason:
             text = f"every new object, `{self.call}`, registers the hook again on what it is given"
         elif self.kind == "function":
             text = f"{call} is a public function: every call with the same arguments registers the hook again"
+        elif self.kind == "method":
+            text = f"{call} is a public method: every call with the same arguments registers the hook again"
         else:
             shown = ", ".join(str(n) for n in self.lines[:4])
             where = "this file" if self.path == here else self.path
@@ -602,14 +604,22 @@ class ProjectIndex:
                 return None
             if name.startswith("_") and name != "__call__":
                 return None
-            if not needed or not all(_is_self(n) for n in needed):
+            if not needed:
                 return None
             callers = [site[2] for summary, site, _b in sites if summary["module"] == module]
             if callers and all(c in (f"{parts[0]}.__init__", f"{parts[0]}.__post_init__") for c in callers):
                 return None  # a set-up step its own constructor takes
-            return Reason("public", path, line, call=f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)")
-        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module and not sites \
+            call = f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)"
+            if all(_is_self(n) for n in needed):
+                return Reason("public", path, line, call=call)
+            if "." in module and not set(facts[6] or ()) & needed:
+                # it hooks what its caller passes: one visible call (a demo, a test) does not make it run once
+                return Reason("method", path, line, call=call)
+            return None
+        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module \
                 and needed and not any(_is_self(n) for n in needed) and not set(facts[6] or ()) & needed:
+            # a public function of a package that hooks its argument: its users call it, whether or not the
+            # checked files happen to call it once
             return Reason("function", path, line, call=f"{parts[0]}(...)")
         return None
 
@@ -767,6 +777,13 @@ class ProjectView:
 
         data, display, path, line, bound, construct = found
         return Facts.from_json(data, path), display, path, line, bound, construct
+
+    def external_names(self) -> list[str]:
+        """The callee names :meth:`external_facts` has answers for."""
+        key = EXTERNAL_KEY + self.path
+        answer = self.answers.get(key) or {}
+        self.asked[key] = answer
+        return list(answer)
 
     def apply_sites(self, qual: str) -> list[tuple[str, int, int | None]]:
         """(path, line, number of arguments or None) of the ``Cls.apply(...)``

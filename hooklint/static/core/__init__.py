@@ -58,6 +58,9 @@ class Core:
         self._building: set[int] = set()
         self._loads: dict[int, dict[str, list[ast.Name]]] = {}
         self._fates: dict[int, str] = {}
+        self._relevant: list[ast.Call] | None = None
+        self._wrapped: list[Any] | None = None
+        self._attr_loads: dict[str, list[ast.Attribute]] | None = None
 
     @property
     def hooks(self) -> "HookIndex":
@@ -103,6 +106,14 @@ class Core:
         while cur is not None and not isinstance(cur, (ast.stmt, ast.excepthandler)):
             cur = getattr(cur, "_hl_parent", None)
         return cur if cur is not None else node
+
+    def removal_point(self, node: ast.AST) -> ast.AST:
+        """The statement after which the handles a removing call removes are
+        gone: for ``for h in handles: h.remove()``, the loop (it removes every
+        element, and runs its body zero times only when there is none)."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return self.facts_of._removal_point(node, node.func.value)
+        return self.statement(node)
 
     def owner(self, node: ast.AST) -> ast.AST:
         """The function (or the module) whose body holds the statement ``node``."""
@@ -154,6 +165,187 @@ class Core:
         from hooklint.static.callgraph import local_qualname
 
         return self.facts_of.export(local_qualname)
+
+    def relevant_calls(self) -> list[ast.Call]:
+        """The calls of this file that can reach a function with a summary (a
+        wrapper, a helper that removes handles, a generator of the caller's
+        submodules), found by name to a fixpoint: composing only these keeps
+        the cost linear in the file."""
+        if self._relevant is not None:
+            return self._relevant
+        from hooklint.static.callgraph import local_qualname
+
+        facts_of = self.facts_of
+        names: set[str] = set()
+        exported = self.facts_of.export(local_qualname)
+        names |= {local.rpartition(".")[2] for local in exported}
+        if self._external_lookup is not None and self.summarizer is not None:
+            answers = self._external_names()
+            names |= {name.rpartition(".")[2] for name in answers}
+        by_name: dict[str, list[ast.Call]] = {}
+        for group in (self.model.method_calls, self.model.name_calls):
+            for name, calls in group.items():
+                by_name.setdefault(name, []).extend(calls)
+        found: dict[int, ast.Call] = {}
+        pending = list(names)
+        seen: set[str] = set()
+        while pending:
+            name = pending.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for call in by_name.get(name, ()):
+                if id(call) in found:
+                    continue
+                found[id(call)] = call
+                owner = self.places.owner(call)
+                owner_name = getattr(owner, "name", None)
+                if owner_name and owner_name not in seen:
+                    pending.append(owner_name)
+        del facts_of
+        self._relevant = sorted(found.values(), key=lambda c: (c.lineno, c.col_offset))
+        return self._relevant
+
+    def _external_names(self) -> list[str]:
+        """The callee names the project answers facts for (asks once)."""
+        lookup = self._external_lookup
+        view = getattr(lookup, "__self__", None)
+        names = getattr(view, "external_names", None)
+        return list(names()) if callable(names) else []
+
+    def wrapped(self) -> list["Registration"]:
+        """Registrations through functions of the project, one per call site
+        in this file of a function that registers a hook for its caller (a
+        wrapper, a helper, a constructor): the kind as the call's arguments
+        choose it, the module and the hook as the call passes them, and the
+        fate of the handle as the caller sees it."""
+        if self._wrapped is not None:
+            return self._wrapped
+        from hooklint.static.hooks import HookKind, Registration
+
+        out: list[Registration] = []
+        owners: dict[int, ast.AST | None] = {}
+        for call in self.relevant_calls():
+            owner = self.places.owner(call)
+            owners.setdefault(id(owner), owner)
+        for owner in owners.values():
+            for reg in self.facts(owner).regs:
+                if not reg.chain or reg.site is None or not reg.kind:
+                    continue
+                kind = HookKind(reg.kind)
+                receiver = reg.target_expr if isinstance(reg.target_expr, ast.expr) else None
+                hook_expr = reg.hook_expr if isinstance(reg.hook_expr, ast.expr) else None
+                value = self.inference.infer(receiver) if receiver is not None else None
+                if kind.is_module and type(value).__name__ == "TensorValue":
+                    value = None
+                hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
+                out.append(Registration(reg.site, kind, receiver, value, hook_expr, hook, method=reg.api,
+                                        summary=reg))
+        out.sort(key=lambda r: (r.call.lineno, r.call.col_offset))
+        self._wrapped = out
+        return out
+
+    def related_classes(self, cls: Any) -> list[Any]:
+        """The class, its local bases and the local classes deriving from it:
+        the methods that share its ``self``."""
+        out = [cls]
+        stack = list(cls.local_bases)
+        while stack:
+            base = stack.pop()
+            if base not in out:
+                out.append(base)
+                stack.extend(base.local_bases)
+        for other in self.model.classes.values():
+            cur = [other]
+            seen: list[Any] = []
+            while cur:
+                c = cur.pop()
+                if c in seen:
+                    continue
+                seen.append(c)
+                if c is cls and other not in out:
+                    out.append(other)
+                    break
+                cur.extend(c.local_bases)
+        return out
+
+    def removals_of(self, cls: Any, attr: str) -> list[tuple[ast.AST, Any]]:
+        """(method, Removal) for each removal, in the methods of ``cls`` (and
+        related classes), of the handles kept in ``self.<attr>``: directly,
+        or through a helper the method calls."""
+        wanted = (f"s.{attr}", f"e:s.{attr}")
+        out = []
+        for info in self.related_classes(cls):
+            for method in info.methods.values():
+                for removal in self.facts(method).removes:
+                    place = removal.place
+                    if place in wanted or place.startswith(tuple(w + "." for w in wanted)) \
+                            or place.startswith(f"e:s.{attr}"):
+                        out.append((method, removal))
+        return out
+
+    def handles_released(self, cls: Any, attr: str) -> bool | None:
+        """Are the handles kept in ``self.<attr>`` ever removed?  True when a
+        method (or a helper it calls) removes them; False when no code can:
+        every read of the attribute appends to it, clears it, takes its length
+        or tests it; None when it goes where this file cannot follow (returned,
+        handed to other code, read from outside the class)."""
+        if self.removals_of(cls, attr):
+            return True
+        classes = self.related_classes(cls)
+        for info in classes:
+            for method in info.methods.values():
+                for use in self._attribute_loads(method, attr):
+                    if not self._neutral_attribute_use(use, method):
+                        return None
+        # reads outside the class's methods (another object's `x.handles`): cannot tell
+        for node in self._all_attribute_loads(attr):
+            owner = self.places.owner(node)
+            if owner is None or self.places.of(node.value, owner) != P.SELF:
+                return None
+            # `self.<attr>` in an unrelated class's method is that object's own attribute
+        return False
+
+    def _attribute_loads(self, method: ast.AST, attr: str) -> list[ast.Attribute]:
+        return [n for n in self._all_attribute_loads(attr) if self.places.owner(n) is method]
+
+    def _all_attribute_loads(self, attr: str) -> list[ast.Attribute]:
+        if self._attr_loads is None:
+            loads: dict[str, list[ast.Attribute]] = {}
+            for node in getattr(self.model, "_visited", ()):
+                if type(node) is ast.Attribute and isinstance(node.ctx, ast.Load):
+                    loads.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined]
+            self._attr_loads = loads
+        return self._attr_loads.get(attr, [])
+
+    def _neutral_attribute_use(self, use: ast.Attribute, method: ast.AST) -> bool:
+        """A read of ``self.<attr>`` that neither removes its handles nor lets them go elsewhere."""
+        if self.places.of(use.value, method) != P.SELF:
+            return False
+        parent = getattr(use, "_hl_parent", None)
+        if isinstance(parent, ast.Attribute) and parent.value is use:
+            return parent.attr in ("append", "extend", "insert", "add", "clear", "update", "setdefault", "keys",
+                                   "__len__")
+        if isinstance(parent, (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.If, ast.While, ast.IfExp, ast.Assert)):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("len", "bool"):
+            return True
+        if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.ctx, ast.Store):
+            return True
+        if isinstance(parent, (ast.Assign, ast.AugAssign)) and use is getattr(parent, "target", None):
+            return True
+        return False
+
+    def reg_of(self, registration: "Registration") -> Any:
+        """The summary's view of a registration (direct, or through a wrapper)."""
+        summary = getattr(registration, "summary", None)
+        if summary is not None:
+            return summary
+        owner = self.places.owner(registration.call)
+        for reg in self.facts_of.direct(owner).regs:
+            if reg.site is registration.call:
+                return reg
+        return None
 
     def external_facts(self, call: ast.Call) -> tuple[Facts, Edge, str, str, int] | None:
         return self._external(call)

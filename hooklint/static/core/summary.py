@@ -84,6 +84,8 @@ class Reg:
     choose: tuple[str, str, str] | None = None  # (place, prefix, suffix): the API named by a parameter's value
     chain: tuple[tuple[str, str, int], ...] = ()  # wrappers, from this function inwards: (name, path, line)
     guarded: bool = False
+    chosen: bool = False  # the API was named by the call's argument (`getattr(m, f"register_{kind}_hook")`)
+    passed: bool = False  # the callee handed the handle out: ``handle`` is what the call's caller does with it
     # in the file that computed it (never stored):
     site: ast.Call | None = field(default=None, compare=False, hash=False)  # the call here that makes it
     target_expr: ast.AST | None = field(default=None, compare=False, hash=False)
@@ -93,14 +95,14 @@ class Reg:
     def to_json(self) -> list[Any]:
         return [self.kind, self.target, self.hook, self.handle, self.line, self.api, self.path,
                 [list(w) for w in self.when], list(self.choose) if self.choose else None,
-                [list(c) for c in self.chain], self.guarded]
+                [list(c) for c in self.chain], self.guarded, self.chosen, self.passed]
 
     @classmethod
     def from_json(cls, data: list[Any], path: str = "") -> "Reg":
-        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded = data
+        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded, chosen, passed = data
         return cls(kind, target, hook, handle, line, api, rpath or path,
                    tuple(tuple(w) for w in when), tuple(choose) if choose else None,  # type: ignore[arg-type]
-                   tuple((n, p or path, ln) for n, p, ln in chain), guarded)
+                   tuple((n, p or path, ln) for n, p, ln in chain), guarded, chosen, passed)
 
 
 @dataclass
@@ -244,7 +246,7 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
             continue
         if mapped.startswith("p:") and "." not in mapped:
             when.append((mapped, op, value))
-    kind, choose = reg.kind, reg.choose
+    kind, choose, chosen = reg.kind, reg.choose, reg.chosen
     if choose is not None:
         mapped = sub(choose[0])
         known, actual = P.constant_value(mapped)
@@ -254,14 +256,15 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
             kind = API_KINDS.get(f"{choose[1]}{actual}{choose[2]}", "")
             if not kind:
                 return None  # another API, not a registration
-            choose = None
+            choose, chosen = None, True
         elif mapped.startswith("p:") and "." not in mapped:
             choose = (mapped, choose[1], choose[2])
         else:
             choose = None
     handle = _combine_fate(reg.handle, edge.fate, callee, sub)
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
-               tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded)
+               tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
+               reg.handle in ("ret", "ret*"))
 
 
 def _combine_fate(handle: str, outer: str, callee: Facts, sub: Callable[[str], str]) -> str:
