@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.flow import function_of
-from hooklint.static.handles import RemovalFlow, functions_reaching, is_script, is_test_file
+from hooklint.static.core import places as P
+from hooklint.static.handles import is_script, is_test_file
 from hooklint.static.hook_targets import hook_words
-from hooklint.static.hooks import REGISTRATION_TRIGGERS
+from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind
 from hooklint.static.semantic import FunctionNode
 from hooklint.static.values import src
 
@@ -148,43 +150,60 @@ class HookLeakOnException(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         if is_script(ctx.tree) or is_test_file(ctx.path) or ctx.path.endswith(".ipynb"):
             return  # a script, a test, a notebook: library code is what callers retry after an error
-        removing = functions_reaching(ctx, {id(f): f for f in (function_of(c) for c in
-                                                              ctx.model.calls_of_method("remove"))
-                                            if isinstance(f, FunctionNode)})
-        registering = functions_reaching(ctx, {id(f): f for f in (function_of(r.call) for r in
-                                                                  ctx.hooks.registrations)
-                                               if isinstance(f, FunctionNode)})
-        candidates = {key: func for key, func in removing.items() if key in registering}
-        if not candidates:
-            return
-        flow = RemovalFlow(ctx)
-        dependence = ctx.summarizer.dependence
+        core = ctx.core
+        owners: dict[int, ast.AST] = {}
+        for reg in ctx.hooks.registrations:
+            owner = core.places.owner(reg.call)
+            if isinstance(owner, FunctionNode):
+                owners[id(owner)] = owner
+        for call in core.relevant_calls():
+            owner = core.places.owner(call)
+            if isinstance(owner, FunctionNode):
+                owners[id(owner)] = owner
         guards = ctx.summarizer.guards
-        for func in sorted(candidates.values(), key=lambda f: f.lineno):
+        for func in sorted(owners.values(), key=lambda f: (f.lineno, f.col_offset)):
             if function_of(func) is not None:
                 continue  # a nested function: its own caller decides
-            for found in flow.unprotected(func):
-                # the module outlives the call: the caller's (not one the function builds)
-                regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
-                        and dependence.of(r.receiver, function_of(r.call)) is not None]
-                if not regs:
+            found: dict[int, tuple[ast.AST, ast.Call, list]] = {}
+            cfg = core.cfg(func)
+            for reg in core.facts(func).regs:
+                if not reg.kind or not HookKind(reg.kind).is_module or not P.is_callers(reg.target):
+                    continue  # a module the function builds dies with it
+                removals = core.removals_after(func, reg)
+                if not removals or reg.site is None:
                     continue
-                first = regs[0]
-                risky = src(found.risky.func)
-                removal = src(found.removal)
-                hooks = " and ".join(sorted({hook_words(r) for r in regs}))
-                # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
-                stacks = not any(guards.guarded(anchor, func) for anchor in found.anchors)
-                message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
-                           f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: "
-                           f"no `finally` (or handler) removes them when it raises, so the hooks stay on the "
-                           f"caller's module and keep running in its later forward and backward passes"
-                           + (", and every retry adds more" if stacks else
-                              " (a retry does not register them again, but they run until one succeeds)"))
-                yield self.finding(
-                    ctx, found.removal, message,
-                    help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
-                    related=[Related("the hook is registered here", ctx.display_path, ctx.span(r.call)[0])
-                             for r in regs[:3]]
-                    + [Related("this call can raise", ctx.display_path, ctx.span(found.risky)[0])],
-                )
+                points = [point for point, _node in removals]
+                start = core.statement(reg.site)
+                for stmt in cfg.statements_between(start, points):
+                    risky = core.runs_callers_code(stmt, func)
+                    if risky is None:
+                        continue
+                    if cfg.exception_escapes(stmt, points):
+                        node = min((n for _p, n in removals), key=lambda n: (n.lineno, n.col_offset))
+                        entry = found.setdefault(id(node), (node, risky, []))
+                        entry[2].append(reg)
+                    break
+            for node, risky, regs in sorted(found.values(), key=lambda e: (e[0].lineno, e[0].col_offset)):
+                yield self._finding(ctx, func, node, risky, regs, guards)
+
+    def _finding(self, ctx: FileContext, func: ast.AST, node: ast.AST, risky: ast.Call, regs: list,
+                 guards) -> Finding:
+        core = ctx.core
+        registrations = [r for r in (core.registration_of(reg) for reg in regs) if r is not None]
+        first = registrations[0]
+        hooks = " and ".join(sorted({hook_words(r) for r in registrations}))
+        # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
+        stacks = not any(reg.guarded or guards.guarded(reg.site, func) for reg in regs)
+        message = (f"`{src(node)}` removes the {hooks} registered on {first.describe_target()} (line "
+                   f"{first.call.lineno}) only when `{src(risky.func)}(...)` at line {risky.lineno} returns: "
+                   f"no `finally` (or handler) removes them when it raises, so the hooks stay on the "
+                   f"caller's module and keep running in its later forward and backward passes"
+                   + (", and every retry adds more" if stacks else
+                      " (a retry does not register them again, but they run until one succeeds)"))
+        return self.finding(
+            ctx, node, message,
+            help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
+            related=[Related("the hook is registered here", ctx.display_path, ctx.span(r.call)[0])
+                     for r in registrations[:3]]
+            + [Related("this call can raise", ctx.display_path, ctx.span(risky)[0])],
+        )

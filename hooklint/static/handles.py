@@ -501,6 +501,14 @@ _INSPECTING_BUILTINS = frozenset({"len", "isinstance", "hasattr", "getattr", "id
                                   "list", "tuple", "dict", "set", "sorted", "bool", "int", "float"})
 
 
+def runs_callers_code_by_name(call: ast.Call, func: ast.AST, model: Any) -> bool:
+    """:func:`_runs_callers_code` for a call in ``func``."""
+    arguments = _all_params(func)
+    params = {a.arg for a in arguments}
+    self_name = arguments[0].arg if arguments and is_self_param(model, arguments[0]) else None
+    return _runs_callers_code(call, params, self_name, model.enclosing_class(func))
+
+
 def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
     """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
     ``self.forward_func(...)``, or a call handed a function or model to run

@@ -61,6 +61,9 @@ class Core:
         self._relevant: list[ast.Call] | None = None
         self._wrapped: list[Any] | None = None
         self._attr_loads: dict[str, list[ast.Attribute]] | None = None
+        self._fate_points: dict[int, list[tuple[ast.AST, ast.AST]]] = {}
+        self._as_registration: dict[tuple, Any] = {}
+        self._last_points: list[tuple[ast.AST, ast.AST]] = []
 
     @property
     def hooks(self) -> "HookIndex":
@@ -232,18 +235,35 @@ class Core:
             for reg in self.facts(owner).regs:
                 if not reg.chain or reg.site is None or not reg.kind:
                     continue
-                kind = HookKind(reg.kind)
-                receiver = reg.target_expr if isinstance(reg.target_expr, ast.expr) else None
-                hook_expr = reg.hook_expr if isinstance(reg.hook_expr, ast.expr) else None
-                value = self.inference.infer(receiver) if receiver is not None else None
-                if kind.is_module and type(value).__name__ == "TensorValue":
-                    value = None
-                hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
-                out.append(Registration(reg.site, kind, receiver, value, hook_expr, hook, method=reg.api,
-                                        summary=reg))
+                found = self.registration_of(reg)
+                if found is not None:
+                    out.append(found)
         out.sort(key=lambda r: (r.call.lineno, r.call.col_offset))
         self._wrapped = out
         return out
+
+    def registration_of(self, reg: Any) -> "Registration | None":
+        """A summary registration as the rules see registrations: the direct
+        one, or one at the call of the wrapper (``summary`` holds ``reg``)."""
+        if reg.registration is not None:
+            return reg.registration
+        if reg.site is None or not reg.kind:
+            return None
+        from hooklint.static.hooks import HookKind, Registration
+
+        key = (id(reg.site), reg.kind, reg.line, reg.path, reg.target)
+        found = self._as_registration.get(key)
+        if found is None:
+            kind = HookKind(reg.kind)
+            receiver = reg.target_expr if isinstance(reg.target_expr, ast.expr) else None
+            hook_expr = reg.hook_expr if isinstance(reg.hook_expr, ast.expr) else None
+            value = self.inference.infer(receiver) if receiver is not None else None
+            if kind.is_module and type(value).__name__ == "TensorValue":
+                value = None
+            hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
+            found = self._as_registration[key] = Registration(reg.site, kind, receiver, value, hook_expr, hook,
+                                                              method=reg.api, summary=reg)
+        return found
 
     def related_classes(self, cls: Any) -> list[Any]:
         """The class, its local bases and the local classes deriving from it:
@@ -415,6 +435,42 @@ class Core:
                     return found, 1, False
         return None
 
+    def runs_callers_code(self, stmt: ast.AST, func: ast.AST | None) -> ast.Call | None:
+        """The first call in the statement ``stmt`` (of a compound statement:
+        in its header) that runs code of the function's caller: a parameter
+        called (``forward_fn(x)``), an object the instance keeps called
+        (``self.model(x)``, ``model.forward(x)``), a function of the project
+        whose summary runs what it is given; and, where the callee cannot be
+        seen, a call handed a model or function to run whose name says so
+        (``_run_forward(forward_fn, inputs)``: a heuristic on names, the last
+        resort)."""
+        from hooklint.static.handles import runs_callers_code_by_name
+
+        for call in _calls_in_header(stmt):
+            f = call.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("remove", "apply") or name.startswith("register"):
+                continue  # more registrations, or taking them off: not the caller's code
+            if isinstance(f, ast.Name) and P.is_callers(self.places.of(f, func)):
+                return call
+            if isinstance(f, ast.Attribute):
+                base = self.places.of(f.value, func)
+                if f.attr in ("forward", "__call__") and P.is_callers(base):
+                    return call
+                if base == P.SELF and self.facts_of._is_stored(func, f):
+                    return call
+            target = self.facts_of.callee(call, func)
+            if target is not None:
+                facts, edge, _name, _path, _line = target
+                recv = P.NEW if edge.construct else edge.recv
+                if any(P.is_callers(P.substitute(r, lambda param: edge.argument(facts, param), recv))
+                       for r in facts.runs):
+                    return call
+                continue  # a function of the project that runs nothing of the caller's
+            if isinstance(func, FunctionNode) and runs_callers_code_by_name(call, func, self.model):
+                return call
+        return None
+
     def guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
         """Is ``node`` under a condition that can make it run once (a flag, a handle check)?"""
         if self.summarizer is None:
@@ -429,12 +485,38 @@ class Core:
         found = self._fates.get(key)
         if found is None:
             self._fates[key] = "?"  # recursion guard
+            self._last_points = []
             try:
                 found = self._fate(call, func)
             except RecursionError:
                 found = "?"
             self._fates[key] = found
+            if found == "rm" or found.startswith("rm?"):
+                self._fate_points[key] = list(self._last_points)
         return found
+
+    def removals_after(self, func: ast.AST | None, reg: Any) -> list[tuple[ast.AST, ast.AST]]:
+        """(statement, removing call) for each removal in ``func`` of the
+        handle of the summary registration ``reg`` (made in ``func``, directly
+        or through a wrapper): the statement after which it is removed (a
+        loop over a list of handles: the loop) and the call to name."""
+        handle = reg.handle
+        if reg.site is None:
+            return []
+        if handle == "rm" or handle.startswith("rm?"):
+            self.fate(reg.site, func)
+            return list(self._fate_points.get(id(reg.site), ()))
+        if handle.startswith("at:"):
+            place = handle[3:]
+            base = place[len(P.ELEMENT):] if place.startswith(P.ELEMENT) else place
+            wanted = {place, base, P.element(base)}
+            out = []
+            for removal in self.facts(func).removes:
+                if removal.place in wanted and removal.site is not None and self.can_run(removal.site):
+                    node = removal.node if removal.node is not None else removal.site
+                    out.append((removal.site, node))
+            return out
+        return []
 
     def _fate(self, node: ast.AST, func: ast.AST | None) -> str:
         parent = getattr(node, "_hl_parent", None)
@@ -474,19 +556,26 @@ class Core:
                 return "?" if place in (P.UNKNOWN, P.NEW) else "at:" + place
             if isinstance(target, ast.Subscript):
                 holder = places.of(target.value, func)
-                if holder.startswith("l:") and isinstance(target.value, ast.Name):
+                if holder.startswith("l:") and isinstance(target.value, ast.Name) \
+                        and not self._captured(target.value, func):
                     return self._container_fate(target.value, func, parent)
                 return "?" if holder in (P.UNKNOWN, P.NEW) else "at:" + P.element(holder)
             return "?"
         if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
                 and parent.func.attr in STORE_METHODS and node in parent.args:
             holder = places.of(parent.func.value, func)
-            if holder.startswith("l:") and isinstance(parent.func.value, ast.Name):
+            if holder.startswith("l:") and isinstance(parent.func.value, ast.Name) \
+                    and not self._captured(parent.func.value, func):
                 return self._container_fate(parent.func.value, func, self.statement(parent))
             if holder in (P.UNKNOWN, P.NEW) or holder.startswith("c:"):
                 return "?"
             return "at:" + P.element(holder)
         return "?"
+
+    def _captured(self, name: ast.Name, func: ast.AST | None) -> bool:
+        """Is ``name`` a local of an enclosing function (a closure's captured container)?"""
+        bindings = self.model.bindings_at(name) if hasattr(name, "_hl_scope") else []
+        return len(bindings) == 1 and bindings[0].scope.node is not (func if func is not None else self.model.tree)
 
     def _container_fate(self, holder: ast.Name, func: ast.AST | None, start: ast.AST) -> str:
         """A local list (or dict) that handles go into: its own fate."""
@@ -529,7 +618,9 @@ class Core:
                 stored = detail  # type: ignore[assignment]
         return self._settle(points, stored, start, owner)
 
-    def _settle(self, points: list[ast.AST], stored: str, start: ast.AST, owner: ast.AST) -> str:
+    def _settle(self, removals: list[tuple[ast.AST, ast.AST]], stored: str, start: ast.AST, owner: ast.AST) -> str:
+        points = [point for point, _node in removals]
+        self._last_points = [(point, node) for point, node in removals if self.can_run(point)]
         if points:
             live = [p for p in points if self.can_run(p)]
             start_stmt = self.statement(start)
@@ -554,7 +645,7 @@ class Core:
             call = getattr(parent, "_hl_parent", None)
             is_call = isinstance(call, ast.Call) and call.func is parent
             if parent.attr == "remove" and is_call and not call.args:  # type: ignore[union-attr]
-                return "remove", self.statement(call)  # type: ignore[arg-type]
+                return "remove", (self.statement(call), call)  # type: ignore[arg-type]
             if is_call and call.args and parent.attr in STORE_METHODS | {"pop", "get"}:  # type: ignore[union-attr]
                 return "neutral", None
             if is_call and parent.attr in ("values", "items", "copy") and not call.args:  # type: ignore[union-attr]
@@ -599,7 +690,7 @@ class Core:
             outer = getattr(parent, "_hl_parent", None)
             call = getattr(outer, "_hl_parent", None)
             if isinstance(outer, ast.Attribute) and outer.attr == "remove" and isinstance(call, ast.Call):
-                return "remove", self.statement(call)
+                return "remove", (self.statement(call), call)
             return "neutral", None
         if isinstance(parent, ast.Delete):
             return "neutral", None
@@ -631,7 +722,7 @@ class Core:
                         base = base.value
                     if isinstance(base, ast.Name) and base.id in names:
                         point = loop if isinstance(loop, (ast.For, ast.AsyncFor)) else self.statement(loop)
-                        return "remove", point
+                        return "remove", (point, node)
         return "neutral", None
 
     def _helper_removes(self, call: ast.Call, use: ast.Name, func: ast.AST | None) -> tuple[str, Any] | None:
@@ -646,7 +737,7 @@ class Core:
         param = facts.params[position]
         for removal in facts.removes:
             if removal.place in (f"p:{param}", f"e:p:{param}"):
-                return "remove", self.statement(call)
+                return "remove", (self.statement(call), call)
         return None
 
     def _loads_of(self, owner: ast.AST, name: str) -> list[ast.Name]:
@@ -707,3 +798,33 @@ def _dead_branch(stmt: ast.AST, owner: ast.AST, model: SemanticModel) -> str | N
             break
         child, cur = cur, getattr(cur, "_hl_parent", None)
     return None
+
+
+def _calls_in_header(stmt: ast.AST) -> list[ast.Call]:
+    """The calls a statement makes itself (a compound statement: in its
+    header), in evaluation order, not in nested functions or lambdas."""
+    if isinstance(stmt, (ast.If, ast.While)):
+        roots: list[ast.AST] = [stmt.test]
+    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        roots = [stmt.iter]
+    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+        roots = [item.context_expr for item in stmt.items]
+    elif isinstance(stmt, ast.Match):
+        roots = [stmt.subject]
+    elif isinstance(stmt, (ast.Try, ast.excepthandler) + FunctionNode + (ast.ClassDef,)):
+        roots = []
+    else:
+        roots = [stmt]
+    out: list[ast.Call] = []
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Lambda,) + FunctionNode + (ast.ClassDef,)):
+            continue
+        children = list(ast.iter_child_nodes(node))
+        stack.extend(reversed(children))
+        if isinstance(node, ast.Call):
+            out.append(node)
+    # arguments are evaluated before the call that takes them
+    out.sort(key=lambda c: (getattr(c, "end_lineno", 0), getattr(c, "end_col_offset", 0)))
+    return out

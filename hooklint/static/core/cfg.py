@@ -179,6 +179,19 @@ class CFG:
         targets = set(self.nodes_of(target))
         return bool(targets & self._forward(nexts))
 
+    def statements_between(self, start: ast.AST, through: Iterable[ast.AST]) -> list[ast.AST]:
+        """The statements (and headers) that can run after ``start`` before
+        one of ``through`` runs, in source order."""
+        avoid = {n for stmt in through for n in self.nodes_of(stmt)}
+        nexts = [n for s in self.nodes_of(start) if s in self.reachable_nodes() for n in self.nodes[s].succ]
+        seen = self._forward(nexts, exceptional=False, avoid=avoid)
+        out: dict[int, ast.AST] = {}
+        for n in seen:
+            stmt = self.nodes[n].stmt
+            if stmt is not None and not isinstance(stmt, ast.excepthandler):
+                out[id(stmt)] = stmt
+        return sorted(out.values(), key=lambda s: (getattr(s, "lineno", 0), getattr(s, "col_offset", 0)))
+
     def exception_escapes(self, risky: ast.AST, through: Iterable[ast.AST]) -> bool:
         """When ``risky`` raises, can the exception leave the function (or be
         swallowed and the function return) without passing one of the

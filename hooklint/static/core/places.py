@@ -111,7 +111,9 @@ def substitute(place: str, argument: Callable[[str], str | None], receiver: str)
         return _extend(receiver, rest) if rest else receiver
     if place.startswith("c:") or place in (NEW, UNKNOWN):
         return place
-    return UNKNOWN  # another file's globals and locals mean nothing here
+    if place.startswith("l:"):
+        return place  # a local of an enclosing function, captured by a closure: the same in the caller
+    return UNKNOWN  # another file's globals mean nothing here
 
 
 def _extend(place: str, rest: str) -> str:

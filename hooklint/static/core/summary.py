@@ -108,9 +108,10 @@ class Reg:
 @dataclass
 class Removal:
     place: str
-    site: ast.AST | None = None  # the statement that removes (this file only)
+    site: ast.AST | None = None  # the statement after which they are removed (this file only)
     line: int = 0
     chain: tuple[tuple[str, str, int], ...] = ()
+    node: ast.AST | None = None  # the removing call (`h.remove()`, `self._remove_hooks()`)
 
 
 @dataclass
@@ -402,6 +403,7 @@ class FileFacts:
             stmt = self.core.statement(call)
             for removal in part.removes:
                 removal.site = stmt
+                removal.node = call
                 out.removes.append(removal)
             out.forgets += part.forgets
             out.runs += part.runs
@@ -411,6 +413,9 @@ class FileFacts:
 
     def callee(self, call: ast.Call, func: ast.AST | None) -> tuple[Facts, Edge, str, str, int] | None:
         """The facts of the function a call runs, with the call's edge."""
+        applied = self._applied(call, func)
+        if applied is not None:
+            return applied
         local = self.core.local_callee(call)
         if local is not None:
             node, bound, construct = local
@@ -421,6 +426,30 @@ class FileFacts:
             return facts, edge, _display(self.core, node), "", node.lineno
         found = self.external(call)
         return found
+
+    def _applied(self, call: ast.Call, func: ast.AST | None) -> tuple[Facts, Edge, str, str, int] | None:
+        """``model.apply(fn)``: ``fn`` runs on each submodule of ``model``."""
+        f = call.func
+        if not (isinstance(f, ast.Attribute) and f.attr == "apply" and len(call.args) == 1 and not call.keywords):
+            return None
+        arg = call.args[0]
+        target: ast.AST | None = None
+        recv = P.UNKNOWN
+        bound = 0
+        if isinstance(arg, ast.Name) and hasattr(arg, "_hl_scope"):
+            bindings = self.model.bindings_at(arg)
+            if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
+                target = bindings[0].node
+        elif isinstance(arg, ast.Attribute) and self.places.of(arg.value, func) == P.SELF:
+            cls = self.model.enclosing_class(func) if func is not None else None
+            found = cls.method(arg.attr) if cls is not None else None
+            if found is not None:
+                target, recv, bound = found, P.SELF, 1
+        if target is None or target is func:
+            return None
+        module = P.element(self.places.of(f.value, func))
+        edge = Edge(recv, [module], {}, "drop", self.core.guarded(call, func), call.lineno, bound)
+        return self.facts(target), edge, _display(self.core, target), "", target.lineno
 
     def edge(self, call: ast.Call, func: ast.AST | None, bound: int, construct: bool = False) -> Edge:
         places = self.places
@@ -569,7 +598,7 @@ class FileFacts:
             if f.attr == "remove" and not call.args and not call.keywords:
                 place = self._removed_place(f.value, func)
                 if place is not None:
-                    facts.removes.append(Removal(place, self._removal_point(call, f.value), call.lineno))
+                    facts.removes.append(Removal(place, self._removal_point(call, f.value), call.lineno, node=call))
             elif f.attr == "clear" and not call.args:
                 place = places.of(f.value, func)
                 if place != P.UNKNOWN:
