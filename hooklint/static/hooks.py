@@ -167,6 +167,12 @@ class Registration:
 
     @property
     def receiver_text(self) -> str:
+        if self.summary is not None:
+            text = getattr(self.summary, "target_text", "")
+            if text:
+                return text
+            if self.receiver is None:
+                return _place_text(getattr(self.summary, "target", "?"))
         if self.receiver is None:
             return "every module (global hook)"
         if self.receiver_origin is not None:
@@ -176,6 +182,8 @@ class Registration:
     def describe_target(self) -> str:
         mod = self.receiver_module
         text = self.receiver_text
+        if self.summary is not None and (self.receiver is None or getattr(self.summary, "target_text", "")):
+            return (text if text.startswith("each ") else f"`{text}`") + self.via_text()
         if mod is not None and mod.applied_from is not None:
             target = f"every submodule of `{src(mod.applied_from)}` (via `.apply`)"
         elif mod is not None and mod.class_name:
@@ -505,6 +513,24 @@ class HookIndex:
 
     def for_hook_function(self, node: ast.AST) -> list[Registration]:
         return [r for r in self.registrations if r.hook is not None and r.hook.node is node]
+
+
+def _place_text(place: str) -> str:
+    """``s.model`` -> ``self.model``, ``e:p:model`` -> ``each part of model``: a
+    summary's place (hooklint.static.core.places) in words."""
+    part = place.startswith("e:")
+    while place.startswith("e:"):
+        place = place[2:]
+    if place == "s" or place.startswith("s."):
+        text = "self" + place[1:]
+    elif place.startswith(("p:", "g:")):
+        text = place[2:]
+    elif place == "global":
+        return "every module (global hook)"
+    else:
+        text = "an object the function makes" if place == "n" else "an object hooklint cannot name"
+        return text
+    return f"each part of {text}" if part else text
 
 
 def _with_kwargs(call: ast.Call) -> bool:

@@ -234,7 +234,7 @@ class Places:
             f = iterable.func
             if isinstance(f, ast.Attribute) and f.attr in _PART_ITERATORS:
                 wanted = _PART_ITERATORS[f.attr]
-                if path == wanted or (not wanted and not path):
+                if path[:len(wanted)] == wanted:  # (an element of an element is still a part)
                     return element(self.of(f.value, func, depth + 1))
                 return UNKNOWN
             if isinstance(f, ast.Name) and self._builtin(f) and iterable.args:
@@ -255,12 +255,10 @@ class Places:
         if isinstance(iterable, (ast.List, ast.Tuple)) and not path:
             places = {self.of(e, func, depth + 1) for e in iterable.elts}
             return places.pop() if len(places) == 1 else UNKNOWN
-        if path:
-            return UNKNOWN
         base = self.of(iterable, func, depth + 1)
         if base in (UNKNOWN, NEW) or base.startswith("c:"):
             return UNKNOWN
-        return element(base)
+        return element(base)  # `for a, b in pairs`: parts of the elements are parts too
 
 
 def is_self_param(arg: ast.arg) -> bool:

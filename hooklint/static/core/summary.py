@@ -89,6 +89,7 @@ class Reg:
     # in the file that computed it (never stored):
     site: ast.Call | None = field(default=None, compare=False, hash=False)  # the call here that makes it
     target_expr: ast.AST | None = field(default=None, compare=False, hash=False)
+    target_text: str = field(default="", compare=False, hash=False)  # how to name the target, when not `target_expr`
     hook_expr: ast.AST | None = field(default=None, compare=False, hash=False)
     registration: "Registration | None" = field(default=None, compare=False, hash=False)
 
@@ -393,12 +394,23 @@ class FileFacts:
             if callee.empty():
                 continue
             link = (name, path, line)
+            applied = _is_apply(call)
             for reg in callee.regs:
                 mapped = map_reg(reg, callee, edge, link)
-                if mapped is not None:
-                    out.regs.append(replace(mapped, site=call, target_expr=self._argument_expr(call, callee, edge,
-                                                                                               reg.target),
-                                            hook_expr=self._argument_expr(call, callee, edge, reg.hook)))
+                if mapped is None:
+                    continue
+                if applied:
+                    # `model.apply(fn)`: fn's module parameter is each submodule of `model`
+                    first = callee.params[edge.bound] if len(callee.params) > edge.bound else None
+                    on_module = first is not None and reg.target.startswith(f"p:{first}")
+                    out.regs.append(replace(
+                        mapped, site=call, target_expr=call.func.value if on_module else None,  # type: ignore[attr-defined]
+                        target_text=f"each submodule of `{_src(call.func.value)}`" if on_module else "",  # type: ignore[attr-defined]
+                        hook_expr=None))
+                    continue
+                out.regs.append(replace(mapped, site=call, target_expr=self._argument_expr(call, callee, edge,
+                                                                                           reg.target),
+                                        hook_expr=self._argument_expr(call, callee, edge, reg.hook)))
             part = apply_edge(replace(callee, regs=[]), edge, name, path, line)
             stmt = self.core.statement(call)
             for removal in part.removes:
@@ -843,6 +855,18 @@ class FileFacts:
 
 
 _NO_VALUE = object()
+
+
+def _is_apply(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "apply" and len(call.args) == 1
+
+
+def _src(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
+        return "?"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _literal(node: ast.AST) -> Any:
