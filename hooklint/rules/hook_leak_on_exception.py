@@ -167,7 +167,7 @@ class HookLeakOnException(Rule):
             found: dict[int, tuple[ast.AST, ast.Call, list]] = {}
             cfg = core.cfg(func)
             for reg in core.facts(func).regs:
-                if not reg.kind or not HookKind(reg.kind).is_module or not P.is_callers(reg.target):
+                if not reg.kind or not HookKind(reg.kind).is_module or not self._outlives(ctx, reg, func):
                     continue  # a module the function builds dies with it
                 removals = core.removals_after(func, reg)
                 if not removals or reg.site is None:
@@ -185,6 +185,22 @@ class HookLeakOnException(Rule):
                     break
             for node, risky, regs in sorted(found.values(), key=lambda e: (e[0].lineno, e[0].col_offset)):
                 yield self._finding(ctx, func, node, risky, regs, guards)
+
+    @staticmethod
+    def _outlives(ctx: FileContext, reg, func: ast.AST) -> bool:
+        """Is the hooked module the caller's (a parameter, an object the instance
+        keeps, a part of them), not one the function builds?  Where the summary
+        cannot name it (``rgetattr(self.model, name)``), it is the caller's
+        when it is the same object on every call with the same arguments."""
+        if P.is_callers(reg.target):
+            return True
+        if reg.target != P.UNKNOWN or reg.target_expr is None or reg.site is None:
+            return False
+        unit = ctx.core.places.owner(reg.site)
+        if unit is None:
+            return False
+        return ctx.summarizer.dependence.of(reg.target_expr, unit) is not None \
+            or ctx.core.looked_up_in_callers(reg.target_expr, unit) is not None
 
     def _finding(self, ctx: FileContext, func: ast.AST, node: ast.AST, risky: ast.Call, regs: list,
                  guards) -> Finding:

@@ -37,6 +37,19 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CFG", "Core", "Edge", "Facts"]
 
+# Functions that make a new object out of the one they are given.
+_COPIES = frozenset({"deepcopy", "copy", "clone", "compile", "script", "trace", "quantize", "prepare", "convert",
+                     "fuse", "wrap", "to", "cuda", "cpu", "half", "float", "double", "bfloat16"})
+# nn.Module methods that run no forward of the module (calling them runs none of the caller's code).
+_MODULE_API = frozenset({
+    "eval", "train", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "modules", "children",
+    "named_modules", "named_children", "parameters", "named_parameters", "buffers", "named_buffers",
+    "state_dict", "load_state_dict", "zero_grad", "requires_grad_", "apply", "get_submodule", "get_parameter",
+    "get_buffer", "add_module", "register_module", "register_buffer", "register_parameter", "extra_repr",
+    "share_memory", "get_extra_state", "set_extra_state", "keys", "values", "items", "get", "append", "extend",
+    "pop", "update", "setdefault", "copy", "clear", "index", "count", "insert", "remove", "numel", "size", "dim",
+    "item", "tolist", "detach", "clone", "cpu", "numpy", "format", "join", "split", "startswith", "endswith",
+})
 # Builtins a handle or a container of handles may be handed to without leaving the function.
 _NEUTRAL_BUILTINS = frozenset({"len", "bool", "isinstance", "id", "print", "repr", "str", "type", "hasattr"})
 
@@ -52,7 +65,7 @@ class Core:
         self._hooks = hooks
         self.summarizer = summarizer
         self._external_lookup = external
-        self.places = Places(model, self._elements_of_call)
+        self.places = Places(model, self._elements_of_call, self._returned_by_call)
         self.facts_of = FileFacts(self, self._external)
         self._cfgs: dict[int, CFG] = {}
         self._building: set[int] = set()
@@ -63,6 +76,7 @@ class Core:
         self._attr_loads: dict[str, list[ast.Attribute]] | None = None
         self._fate_points: dict[int, list[tuple[ast.AST, ast.AST]]] = {}
         self._as_registration: dict[tuple, Any] = {}
+        self._bound: dict[str, ast.AST] | None = None
         self._last_points: list[tuple[ast.AST, ast.AST]] = []
 
     @property
@@ -383,6 +397,17 @@ class Core:
         edge = self.facts_of.edge(call, self.places.owner(call), bound, construct)
         return facts, edge, name, path, line
 
+    def _returned_by_call(self, call: ast.Call, func: ast.AST | None) -> str | None:
+        target = self.facts_of.callee(call, func) if self.facts_of is not None else None
+        if target is None:
+            return None
+        facts, edge, _name, _path, _line = target
+        if not facts.returns:
+            return None
+        recv = P.NEW if edge.construct else edge.recv
+        found = P.substitute(facts.returns, lambda param: edge.argument(facts, param), recv)
+        return found if found != P.UNKNOWN else None
+
     def _elements_of_call(self, call: ast.Call, func: ast.AST | None) -> str | None:
         target = self.facts_of.callee(call, func) if self.facts_of is not None else None
         if target is None:
@@ -433,7 +458,84 @@ class Core:
                 found = local_class.method(func.attr)
                 if found is not None and not _is_static(found):
                     return found, 1, False
+                return None
+            bound = self._bound_functions().get(func.attr)
+            if bound is not None:
+                return bound, 1, False  # `net.start = start.__get__(net)`, then `net.start()`
+            if value is None:
+                annotated = self._annotated_class(receiver)
+                if annotated is not None:
+                    found = annotated.method(func.attr)
+                    return (found, 1, False) if found is not None and not _is_static(found) else None
+                return self._only_method_taking(call)
         return None
+
+    def _annotated_class(self, receiver: ast.AST) -> Any:
+        """The local class of an element of ``self.<attr>`` that an annotation
+        names (``self.hook_dict: Dict[str, HookPoint] = {}``), or of
+        ``self.<attr>`` itself (``self.point: HookPoint``)."""
+        func = self.places.owner(receiver)
+        place = self.places.of(receiver, func)
+        element = place.startswith(P.ELEMENT)
+        base = place[len(P.ELEMENT):] if element else place
+        if not base.startswith("s.") or "." in base[2:]:
+            return None
+        cls = self.model.enclosing_class(func) if func is not None else None
+        if cls is None:
+            return None
+        for _value, _scope, node in cls.attribute(base[2:]):
+            annotation = getattr(node, "annotation", None)
+            if annotation is None:
+                continue
+            if element and isinstance(annotation, ast.Subscript):
+                inner = annotation.slice
+                annotation = inner.elts[-1] if isinstance(inner, ast.Tuple) and inner.elts else inner
+            elif element:
+                return None
+            if isinstance(annotation, (ast.Name, ast.Attribute)):
+                found = self.model.class_for_expr(annotation) if isinstance(annotation, ast.Name) else None
+                if found is not None:
+                    return found
+        return None
+
+    def _bound_functions(self) -> dict[str, ast.AST]:
+        """Functions of this file bound onto objects as methods
+        (``obj.name = function.__get__(obj)``, ``types.MethodType(function, obj)``),
+        by the attribute name they are bound under."""
+        if self._bound is None:
+            found: dict[str, ast.AST] = {}
+            for call in list(self.model.method_calls.get("__get__", ())) + list(self.model.name_calls.get("MethodType", ())) \
+                    + list(self.model.method_calls.get("MethodType", ())):
+                parent = getattr(call, "_hl_parent", None)
+                if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                        and isinstance(parent.targets[0], ast.Attribute)):
+                    continue
+                fn = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "__get__" \
+                    else (call.args[0] if call.args else None)
+                if not isinstance(fn, ast.Name) or not hasattr(fn, "_hl_scope"):
+                    continue
+                bindings = self.model.bindings_at(fn)
+                if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
+                    found.setdefault(parent.targets[0].attr, bindings[0].node)
+            self._bound = found
+        return self._bound
+
+    def _only_method_taking(self, call: ast.Call) -> tuple[ast.AST, int, bool] | None:
+        """A method call on an object of unknown class (``self.points[name].add_hook(fn, dir="fwd")``):
+        the method of that name of the one class of this file whose signature
+        accepts the call's arguments.  A guess, made only when exactly one
+        class fits and the name is not a common one."""
+        func = call.func
+        assert isinstance(func, ast.Attribute)
+        name = func.attr
+        if name.startswith("__") or name in _MODULE_API or name in _COMMON_METHODS:
+            return None
+        found = []
+        for info in self.model.classes.values():
+            method = info.methods.get(name)
+            if method is not None and not _is_static(method) and _accepts(method, call, 1):
+                found.append(method)
+        return (found[0], 1, False) if len(found) == 1 else None
 
     def runs_callers_code(self, stmt: ast.AST, func: ast.AST | None) -> ast.Call | None:
         """The first call in the statement ``stmt`` (of a compound statement:
@@ -459,6 +561,12 @@ class Core:
                     return call
                 if base == P.SELF and self.facts_of._is_stored(func, f):
                     return call
+                if P.is_callers(base) and base != P.SELF and f.attr not in _MODULE_API \
+                        and self.local_callee(call) is None:
+                    # a method of an object the caller handed over (`self.predictor.get_gradients(...)`,
+                    # `model.generate(...)`): its code, not the library's; the module API that runs no
+                    # forward (`eval()`, `modules()`, `register_*`) is not
+                    return call
             target = self.facts_of.callee(call, func)
             if target is not None:
                 facts, edge, _name, _path, _line = target
@@ -469,6 +577,35 @@ class Core:
                 continue  # a function of the project that runs nothing of the caller's
             if isinstance(func, FunctionNode) and runs_callers_code_by_name(call, func, self.model):
                 return call
+        return None
+
+    def looked_up_in_callers(self, expr: ast.AST, func: ast.AST | None, depth: int = 0) -> str | None:
+        """For an object the summaries cannot place (``layer =
+        find_embedding_layer(self.model)``, ``rgetattr(self.model, name)``):
+        the caller's place it is looked up in, when it comes from a call handed
+        that place and the call is neither a constructor nor a copy.  A guess
+        from the shape of the call (a function that takes a model and returns
+        one of its layers), used only where a wrong guess costs a warning."""
+        if depth > 3:
+            return None
+        if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+            bindings = self.model.bindings_at(expr)
+            if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
+                    and isinstance(bindings[0].value, ast.AST):
+                return self.looked_up_in_callers(bindings[0].value, func, depth + 1)
+            return None
+        if not isinstance(expr, ast.Call):
+            return None
+        name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", "")
+        if not name or name[:1].isupper() or name in _COPIES:
+            return None
+        qual = self.model.qualify(expr.func) if isinstance(expr.func, (ast.Name, ast.Attribute)) else None
+        if qual is not None and qual.split(".")[0] in ("copy", "torch", "builtins"):
+            return None
+        for arg in expr.args:
+            place = self.places.of(arg, func)
+            if P.is_callers(place):
+                return P.element(place)
         return None
 
     def guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
@@ -511,10 +648,19 @@ class Core:
             base = place[len(P.ELEMENT):] if place.startswith(P.ELEMENT) else place
             wanted = {place, base, P.element(base)}
             out = []
-            for removal in self.facts(func).removes:
-                if removal.place in wanted and removal.site is not None and self.can_run(removal.site):
-                    node = removal.node if removal.node is not None else removal.site
-                    out.append((removal.site, node))
+            removes = [r for r in self.facts(func).removes if r.site is not None and self.can_run(r.site)]
+            for removal in removes:
+                if removal.place in wanted:
+                    out.append((removal.site, removal.node if removal.node is not None else removal.site))
+            if not out:
+                # kept in an element of one of the object's containers and removed through another that
+                # holds the same objects (`self.mod_dict[name]` and `self.hook_dict.values()`): the same
+                # attribute path under the element pairs them (a guess on names, said as such in the docs)
+                suffix = _element_suffix(place)
+                if suffix:
+                    for removal in removes:
+                        if _element_suffix(removal.place) == suffix:
+                            out.append((removal.site, removal.node if removal.node is not None else removal.site))
             return out
         return []
 
@@ -616,6 +762,17 @@ class Core:
                 points.append(detail)  # type: ignore[arg-type]
             elif kind == "store" and not stored:
                 stored = detail  # type: ignore[assignment]
+            elif kind == "into":
+                # appended to a local list: what becomes of the list
+                inner = self._container_fate(detail, func, start)
+                if inner == "?":
+                    return "?"
+                if inner == "ret":
+                    return "ret*"
+                if inner.startswith("at:") and not stored:
+                    stored = inner
+                elif inner == "rm" or inner.startswith("rm?"):
+                    points += self._last_points
         return self._settle(points, stored, start, owner)
 
     def _settle(self, removals: list[tuple[ast.AST, ast.AST]], stored: str, start: ast.AST, owner: ast.AST) -> str:
@@ -668,8 +825,8 @@ class Core:
                 holder = places.of(f.value, func)
                 if holder.startswith(("s", "p:", "e:", "g:")):
                     return "store", "at:" + P.element(holder)
-                if holder.startswith("l:"):
-                    return "neutral", None  # into another local container: not followed further
+                if holder.startswith("l:") and isinstance(f.value, ast.Name) and not self._captured(f.value, func):
+                    return "into", f.value
                 return "escape", None
             if isinstance(f, ast.Name) and f.id in _NEUTRAL_BUILTINS:
                 return "neutral", None
@@ -679,6 +836,9 @@ class Core:
             removal = self._helper_removes(parent, use, func)
             if removal is not None:
                 return removal
+            kept = self._kept_by_constructor(parent, use, func)
+            if kept is not None:
+                return "store", kept
             return "escape", None
         if isinstance(parent, (ast.For, ast.AsyncFor)) and parent.iter is use:
             return self._loop_removes(parent, func)
@@ -695,6 +855,42 @@ class Core:
         if isinstance(parent, ast.Delete):
             return "neutral", None
         return "escape", None
+
+    def _kept_by_constructor(self, call: ast.Call, use: ast.Name, func: ast.AST | None) -> str | None:
+        """``self.hooks.append(Handle(handle, permanent))`` of a class of this
+        file whose ``__init__`` keeps the argument (``self.hook = hook``), or a
+        dataclass with that field: the handle is kept as that attribute of the
+        new object, wherever the object goes."""
+        if use not in call.args or not isinstance(call.func, ast.Name) or not hasattr(call.func, "_hl_scope"):
+            return None
+        bindings = self.model.bindings_at(call.func)
+        if len(bindings) != 1 or bindings[0].kind != "class":
+            return None
+        cls = self.model.classes.get(bindings[0].node)  # type: ignore[arg-type]
+        if cls is None:
+            return None
+        position = call.args.index(use)
+        attr = None
+        init = cls.method("__init__")
+        if init is not None:
+            params = [a.arg for a in list(init.args.posonlyargs) + list(init.args.args)][1:]
+            if position >= len(params):
+                return None
+            for name, assigned in cls.attributes.items():
+                for value, scope, _node in assigned:
+                    if scope.node is init and isinstance(value, ast.Name) and value.id == params[position]:
+                        attr = name
+        elif any("dataclass" in (getattr(d, "id", "") or getattr(d, "attr", "") or
+                                 getattr(getattr(d, "func", None), "id", "") or "") for d in cls.node.decorator_list):
+            fields = [stmt.target.id for stmt in cls.node.body
+                      if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)]
+            attr = fields[position] if position < len(fields) else None
+        if attr is None:
+            return None
+        outer = self.fate(call, func)
+        if outer.startswith("at:"):
+            return outer + "." + attr
+        return None
 
     def _iterated_use(self, call: ast.Call, func: ast.AST | None) -> tuple[str, Any]:
         parent = getattr(call, "_hl_parent", None)
@@ -755,6 +951,34 @@ class Core:
         return found.get(name, [])
 
 
+# Method names too common to guess a class from.
+_COMMON_METHODS = frozenset({"forward", "step", "run", "update", "reset", "close", "add", "call", "setup", "build",
+                             "init", "start", "stop", "save", "load", "read", "write", "log", "process", "compute",
+                             "__call__", "fit", "predict", "transform"})
+
+
+def _accepts(func: ast.AST, call: ast.Call, bound: int) -> bool:
+    """Can ``func`` be called with ``call``'s arguments (``bound`` leading ones supplied)?"""
+    args = func.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in list(args.posonlyargs) + list(args.args)][bound:]
+    n_defaults = len(args.defaults)
+    required = positional[:len(positional) - n_defaults] if n_defaults else positional
+    passed = [a for a in call.args if not isinstance(a, ast.Starred)]
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return True  # cannot tell
+    if len(passed) > len(positional) and args.vararg is None:
+        return False
+    names = {k.arg for k in call.keywords}
+    known = set(positional) | {a.arg for a in args.kwonlyargs}
+    if args.kwarg is None and not names <= known:
+        return False
+    filled = set(positional[:len(passed)]) | names
+    if not set(required) <= filled:
+        return False
+    kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    return set(kw_required) <= names
+
+
 def _is_static(func: ast.AST) -> bool:
     from hooklint.static.semantic import is_staticmethod
 
@@ -798,6 +1022,18 @@ def _dead_branch(stmt: ast.AST, owner: ast.AST, model: SemanticModel) -> str | N
             break
         child, cur = cur, getattr(cur, "_hl_parent", None)
     return None
+
+
+def _element_suffix(place: str) -> str:
+    """``e:s.hook_dict.fwd_hooks.hook`` -> ``fwd_hooks.hook``: the path kept
+    under an element of one of the object's own containers ("" otherwise)."""
+    if not place.startswith("e:s."):
+        return ""
+    rest = place[len("e:s."):]
+    if rest.startswith(P.ELEMENT):
+        return ""
+    _container, dot, suffix = rest.partition(".")
+    return suffix if dot and not suffix.startswith(P.ELEMENT) else ""
 
 
 def _calls_in_header(stmt: ast.AST) -> list[ast.Call]:

@@ -126,10 +126,13 @@ def _extend(place: str, rest: str) -> str:
 class Places:
     """Places of expressions in the functions of one file."""
 
-    def __init__(self, model: SemanticModel, elements_of_call: Callable[[ast.Call, ast.AST], str | None] | None = None):
+    def __init__(self, model: SemanticModel, elements_of_call: Callable[[ast.Call, ast.AST], str | None] | None = None,
+                 returned_by_call: Callable[[ast.Call, ast.AST], str | None] | None = None):
         self.model = model
         # what a call of a function of the project returns the elements of (a generator of submodules)
         self.elements_of_call = elements_of_call or (lambda call, func: None)
+        # what a call of a function of the project returns (an argument it hands back, a part of one)
+        self.returned_by_call = returned_by_call or (lambda call, func: None)
         self._active: set[int] = set()
 
     def owner(self, node: ast.AST) -> ast.AST | None:
@@ -176,7 +179,10 @@ class Places:
                 return element(self.of(f.value, func, depth + 1))
         if isinstance(f, ast.Name) and f.id == "getattr" and call.args and self._builtin(f):
             return element(self.of(call.args[0], func, depth + 1))
-        return NEW if isinstance(f, ast.Name) and self._is_class(f) else UNKNOWN
+        if isinstance(f, ast.Name) and self._is_class(f):
+            return NEW
+        found = self.returned_by_call(call, func)
+        return found if found is not None else UNKNOWN
 
     def _builtin(self, name: ast.Name) -> bool:
         return not hasattr(name, "_hl_scope") or self.model.qualify(name) == f"builtins.{name.id}"

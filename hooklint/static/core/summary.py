@@ -86,6 +86,7 @@ class Reg:
     guarded: bool = False
     chosen: bool = False  # the API was named by the call's argument (`getattr(m, f"register_{kind}_hook")`)
     passed: bool = False  # the callee handed the handle out: ``handle`` is what the call's caller does with it
+    guessed: bool = False  # ``target`` is a guess from the shape of a lookup (Core.looked_up_in_callers)
     # in the file that computed it (never stored):
     site: ast.Call | None = field(default=None, compare=False, hash=False)  # the call here that makes it
     target_expr: ast.AST | None = field(default=None, compare=False, hash=False)
@@ -96,14 +97,14 @@ class Reg:
     def to_json(self) -> list[Any]:
         return [self.kind, self.target, self.hook, self.handle, self.line, self.api, self.path,
                 [list(w) for w in self.when], list(self.choose) if self.choose else None,
-                [list(c) for c in self.chain], self.guarded, self.chosen, self.passed]
+                [list(c) for c in self.chain], self.guarded, self.chosen, self.passed, self.guessed]
 
     @classmethod
     def from_json(cls, data: list[Any], path: str = "") -> "Reg":
-        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded, chosen, passed = data
+        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded, chosen, passed, guessed = data
         return cls(kind, target, hook, handle, line, api, rpath or path,
                    tuple(tuple(w) for w in when), tuple(choose) if choose else None,  # type: ignore[arg-type]
-                   tuple((n, p or path, ln) for n, p, ln in chain), guarded, chosen, passed)
+                   tuple((n, p or path, ln) for n, p, ln in chain), guarded, chosen, passed, guessed)
 
 
 @dataclass
@@ -126,11 +127,12 @@ class Facts:
     runs: list[str] = field(default_factory=list)
     ret: str = ""
     elems: str = ""
+    returns: str = ""  # the place of what it returns, when every return agrees (a part of an argument)
     noreturn: bool = False
 
     def empty(self) -> bool:
         return not (self.regs or self.removes or self.forgets or self.runs or self.ret or self.elems
-                    or self.noreturn)
+                    or self.returns or self.noreturn)
 
     def removes_place(self, place: str) -> list[Removal]:
         return [r for r in self.removes if r.place == place]
@@ -148,7 +150,7 @@ class Facts:
         for name in ("forgets", "runs"):
             if getattr(self, name):
                 out[name] = sorted(set(getattr(self, name)))
-        for name in ("ret", "elems"):
+        for name in ("ret", "elems", "returns"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         if self.noreturn:
@@ -164,7 +166,8 @@ class Facts:
             removes=[Removal(p, None, line, tuple((n, cp or path, ln) for n, cp, ln in chain))
                      for p, line, chain in data.get("removes", ())],
             forgets=list(data.get("forgets", ())), runs=list(data.get("runs", ())),
-            ret=data.get("ret", ""), elems=data.get("elems", ""), noreturn=bool(data.get("noreturn")))
+            ret=data.get("ret", ""), elems=data.get("elems", ""), returns=data.get("returns", ""),
+            noreturn=bool(data.get("noreturn")))
 
 
 @dataclass
@@ -266,7 +269,7 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
     handle = _combine_fate(reg.handle, edge.fate, callee, sub)
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
                tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
-               reg.handle in ("ret", "ret*"))
+               reg.handle in ("ret", "ret*"), reg.guessed)
 
 
 def _combine_fate(handle: str, outer: str, callee: Facts, sub: Callable[[str], str]) -> str:
@@ -319,6 +322,7 @@ class FileFacts:
         self._calls: dict[int, list[ast.Call]] | None = None
         self._regs: dict[int, list["Registration"]] | None = None
         self._exits: dict[int, list[ast.AST]] | None = None
+        self._direct_active: set[int] = set()
 
     # ------------------------------------------------------------ indexes
     def calls_in(self, func: ast.AST | None) -> list[ast.Call]:
@@ -448,6 +452,14 @@ class FileFacts:
         target: ast.AST | None = None
         recv = P.UNKNOWN
         bound = 0
+        extra_args: list[str] = []
+        extra_kwargs: dict[str, str] = {}
+        if isinstance(arg, ast.Call) and isinstance(arg.func, (ast.Name, ast.Attribute)) and arg.args \
+                and (getattr(arg.func, "id", None) == "partial" or getattr(arg.func, "attr", None) == "partial"):
+            # `model.apply(partial(fn, **options))`: fn(*bound_args, module, **options)
+            extra_args = ["*" if isinstance(a, ast.Starred) else self.places.of(a, func) for a in arg.args[1:]]
+            extra_kwargs = {("**" if k.arg is None else k.arg): self.places.of(k.value, func) for k in arg.keywords}
+            arg = arg.args[0]
         if isinstance(arg, ast.Name) and hasattr(arg, "_hl_scope"):
             bindings = self.model.bindings_at(arg)
             if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
@@ -460,7 +472,8 @@ class FileFacts:
         if target is None or target is func:
             return None
         module = P.element(self.places.of(f.value, func))
-        edge = Edge(recv, [module], {}, "drop", self.core.guarded(call, func), call.lineno, bound)
+        edge = Edge(recv, extra_args + [module], extra_kwargs, "drop", self.core.guarded(call, func), call.lineno,
+                    bound)
         return self.facts(target), edge, _display(self.core, target), "", target.lineno
 
     def edge(self, call: ast.Call, func: ast.AST | None, bound: int, construct: bool = False) -> Edge:
@@ -567,7 +580,13 @@ class FileFacts:
         key = id(func) if func is not None else 0
         found = self._direct.get(key)
         if found is None:
-            found = self._direct[key] = self._compute_direct(func)
+            if key in self._direct_active:
+                return Facts()  # asked again while being computed (a call back into it): nothing yet
+            self._direct_active.add(key)
+            try:
+                found = self._direct[key] = self._compute_direct(func)
+            finally:
+                self._direct_active.discard(key)
         return found
 
     def _compute_direct(self, func: ast.AST | None) -> Facts:
@@ -595,12 +614,18 @@ class FileFacts:
             if id(reg.call) in chosen:
                 continue
             target = places.of(reg.receiver, func) if reg.receiver is not None else "global"
+            guessed = False
+            if target == P.UNKNOWN and reg.receiver is not None:
+                looked_up = core.looked_up_in_callers(reg.receiver, func)
+                if looked_up is not None:
+                    target, guessed = looked_up, True
             hook = places.of(reg.hook_expr, func) if reg.hook_expr is not None else None
             facts.regs.append(Reg(
                 reg.kind.value, target, hook if hook and (hook.startswith("p:") or hook == P.SELF) else None,
                 core.fate(reg.call, func), reg.call.lineno, reg.method_name,
                 when=tuple(self._conditions(reg.call, func)), guarded=core.guarded(reg.call, func),
-                site=reg.call, target_expr=reg.receiver, hook_expr=reg.hook_expr, registration=reg))
+                guessed=guessed, site=reg.call, target_expr=reg.receiver, hook_expr=reg.hook_expr,
+                registration=reg))
         for call in self.calls_in(func):
             f = call.func
             if not isinstance(f, ast.Attribute):
@@ -633,6 +658,7 @@ class FileFacts:
             elif regs_here and self._returns_none(func):
                 facts.ret = "none"
             facts.elems = self._elements(func)
+            facts.returns = self._returned_place(func)
             if any(isinstance(n, ast.Raise) for n in self.exits_in(func)) and not self.is_generator(func):
                 facts.noreturn = not core.cfg(func).can_exit_normally()
         return facts
@@ -706,9 +732,7 @@ class FileFacts:
                 if not isinstance(ret, ast.Return) or ret.value is None or isinstance(ret.value, ast.Constant):
                     continue
                 value = ret.value
-                if isinstance(value, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.List, ast.Tuple)) or \
-                        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
-                        and value.func.id in ("list", "tuple", "filter", "sorted", "reversed"):
+                if isinstance(value, (ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.List, ast.Tuple, ast.Call)):
                     found.add(places.element_of(value, func))
                 elif isinstance(value, ast.Name):
                     found.add(self._local_list_elements(value, func))
@@ -719,6 +743,22 @@ class FileFacts:
             return ""
         place = found.pop()
         return place if P.is_callers(place) else ""
+
+    def _returned_place(self, func: ast.AST) -> str:
+        """``return module`` after binding methods on it, ``return model.layer4``:
+        the argument (or part of one) a function hands back."""
+        found: set[str] = set()
+        for node in self.exits_in(func):
+            if isinstance(node, (ast.Yield, ast.YieldFrom)):
+                return ""
+            if isinstance(node, ast.Return):
+                if node.value is None:
+                    return ""
+                found.add(self.places.of(node.value, func))
+        if len(found) != 1:
+            return ""
+        place = found.pop()
+        return place if P.is_callers(place) and place != P.SELF else ""
 
     def _local_list_elements(self, name: ast.Name, func: ast.AST) -> str:
         """``out = []; for m in model.modules(): out.append(m); return out``."""
