@@ -194,13 +194,18 @@ class CFG:
 
     def exception_escapes(self, risky: ast.AST, through: Iterable[ast.AST]) -> bool:
         """When ``risky`` raises, can the exception leave the function (or be
-        swallowed and the function return) without passing one of the
-        statements ``through``?  False when ``risky`` cannot raise here."""
-        avoid = {n for stmt in through for n in self.nodes_of(stmt)}
+        swallowed and the function return) without ever meeting one of the
+        statements ``through``?  A ``finally`` or a handler that holds one of
+        them counts as meeting it, even under a condition (``if
+        remove_at_end:`` in a ``finally`` is the normal path's condition too).
+        False when ``risky`` cannot raise here."""
+        points = {n for stmt in through for n in self.nodes_of(stmt)}
         starts = [e for n in self.nodes_of(risky) if n in self.reachable_nodes() for e in self.nodes[n].exc]
         if not starts:
             return False
-        seen = self._forward(starts, exceptional=True, avoid=avoid)
+        seen = self._forward(starts, exceptional=True)
+        if seen & points:
+            return False
         return RAISE in seen or EXIT in seen
 
 
