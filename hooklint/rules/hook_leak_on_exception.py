@@ -209,7 +209,7 @@ class HookLeakOnException(Rule):
         first = registrations[0]
         hooks = " and ".join(sorted({hook_words(r) for r in registrations}))
         # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
-        stacks = not any(reg.guarded or guards.guarded(reg.site, func) for reg in regs)
+        stacks = not any(guards.guarded(reg.site, func) for reg in regs)
         message = (f"`{src(node)}` removes the {hooks} registered on {first.describe_target()} (line "
                    f"{first.call.lineno}) only when `{src(risky.func)}(...)` at line {risky.lineno} returns: "
                    f"no `finally` (or handler) removes them when it raises, so the hooks stay on the "

@@ -203,6 +203,14 @@ class Core:
         for group in (self.model.method_calls, self.model.name_calls):
             for name, calls in group.items():
                 by_name.setdefault(name, []).extend(calls)
+        for call in self.model.method_calls.get("apply", ()):
+            # `model.apply(fn)`, `model.apply(partial(fn, ...))`: a call of `fn`
+            arg = call.args[0] if len(call.args) == 1 else None
+            if isinstance(arg, ast.Call) and arg.args:
+                arg = arg.args[0]
+            name = arg.attr if isinstance(arg, ast.Attribute) else getattr(arg, "id", None)
+            if name:
+                by_name.setdefault(name, []).append(call)
         found: dict[int, ast.Call] = {}
         pending = list(names)
         seen: set[str] = set()
@@ -749,7 +757,7 @@ class Core:
         points: list[ast.AST] = []
         stored = ""
         for use in self._loads_of(owner, target.id):
-            if binding not in model.bindings_at(use):
+            if binding not in model.bindings_at(use) and not self._reaches_past(binding, use):
                 continue
             if self.places.owner(use) is not (func if isinstance(func, FunctionNode) else None):
                 return "?"  # a nested function uses it
@@ -774,6 +782,30 @@ class Core:
                 elif inner == "rm" or inner.startswith("rm?"):
                     points += self._last_points
         return self._settle(points, stored, start, owner)
+
+    def _reaches_past(self, binding: Any, use: ast.Name) -> bool:
+        """Can ``binding`` reach ``use`` although the semantic model names
+        another binding (the last one in the text) there?  True when every
+        binding in between is in a branch (``if``/``try``/``match``) that does not
+        hold ``binding`` (``if custom: h = a(...) else: h = b(...)``, then ``use(h)``)."""
+        if use.lineno <= binding.lineno:
+            return False
+        others = [b for b in self.model.bindings_at(use) if b is not binding]
+        if not others:
+            return False
+        for other in others:
+            cur = getattr(other.node, "_hl_parent", None)
+            in_branch = False
+            child: ast.AST = other.node
+            while cur is not None and not isinstance(cur, FunctionNode + (ast.Module,)):
+                if isinstance(cur, (ast.If, ast.Try, ast.Match)):
+                    if not _holds(cur, binding.node) or _branch_of(cur, child) != _branch_of(cur, binding.node):
+                        in_branch = True
+                        break
+                child, cur = cur, getattr(cur, "_hl_parent", None)
+            if not in_branch:
+                return False
+        return True
 
     def _settle(self, removals: list[tuple[ast.AST, ast.AST]], stored: str, start: ast.AST, owner: ast.AST) -> str:
         points = [point for point, _node in removals]
@@ -977,6 +1009,31 @@ def _accepts(func: ast.AST, call: ast.Call, bound: int) -> bool:
         return False
     kw_required = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
     return set(kw_required) <= names
+
+
+def _branch_of(stmt: ast.AST, node: ast.AST) -> str:
+    """Which block of a compound statement holds ``node``: ``body``, ``orelse``,
+    a handler, a case (or "" when none does)."""
+    for field in ("body", "orelse", "finalbody"):
+        for child in getattr(stmt, field, None) or ():
+            if _holds(child, node):
+                return field
+    for i, handler in enumerate(getattr(stmt, "handlers", None) or ()):
+        if _holds(handler, node):
+            return f"handler{i}"
+    for i, case in enumerate(getattr(stmt, "cases", None) or ()):
+        if _holds(case, node):
+            return f"case{i}"
+    return ""
+
+
+def _holds(ancestor: ast.AST, node: ast.AST) -> bool:
+    cur: ast.AST | None = node
+    while cur is not None:
+        if cur is ancestor:
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
 
 
 def _is_static(func: ast.AST) -> bool:
