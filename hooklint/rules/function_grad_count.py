@@ -403,14 +403,15 @@ class FunctionGradCount(Rule):
                 ("at line " + ", ".join(str(r.lineno) for r in valued[:3])) + ")"
             at = fn.backward
         else:
-            where = "has no `return` that runs: it always falls off its end"
+            where = "never returns a gradient: it always falls off its end"
             at = fn.backward
+        path = "when that path runs" if valued or bare else "whenever it runs"
         if n >= 2:
-            effect = (f"`forward` takes {n} inputs, so when that path runs torch raises `RuntimeError: function "
+            effect = (f"`forward` takes {n} inputs, so {path} torch raises `RuntimeError: function "
                       f"{fn.name}Backward returned an incorrect number of gradients (expected {n}, got 1)`")
         else:
-            effect = (f"`forward` takes one input, so on that path its gradient is silently None: nothing "
-                      f"upstream of `{fn.name}.apply` receives a gradient and no error is raised")
+            effect = (f"`forward` takes one input, so {path} its gradient is silently None: nothing upstream of "
+                      f"`{fn.name}.apply` receives a gradient and no error is raised")
         message = f"`{fn.name}.backward` {where}: autograd takes that as a single None gradient; {effect}"
         return self.finding(
             ctx, at, message,

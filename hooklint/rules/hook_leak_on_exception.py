@@ -193,7 +193,7 @@ class HookLeakOnException(Rule):
         cannot name it (``rgetattr(self.model, name)``), it is the caller's
         when it is the same object on every call with the same arguments."""
         if P.is_callers(reg.target):
-            return True
+            return ctx.core.belongs_to_caller(reg.target, ctx.core.places.owner(reg.site)) if reg.site else True
         if reg.target != P.UNKNOWN or reg.target_expr is None or reg.site is None:
             return False
         unit = ctx.core.places.owner(reg.site)

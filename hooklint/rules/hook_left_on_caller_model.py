@@ -191,7 +191,7 @@ class HookLeftOnCallerModel(Rule):
             for reg in core.facts(func).regs:
                 if reg.site is None or id(reg.site) in seen or not reg.kind:
                     continue
-                if not P.is_callers(reg.target) or reg.guessed:
+                if reg.guessed or not core.belongs_to_caller(reg.target, func):
                     continue  # only the caller's own modules and parameters
                 if not (reg.guarded or guards.guarded(reg.site, func)):
                     continue  # it stacks on every call: HKL304's

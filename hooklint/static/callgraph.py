@@ -414,8 +414,15 @@ class Dependence:
         key = id(func)
         if key not in self._returns:
             self._returns[key] = None  # recursion guard
-            found = [node for node in executed_nodes(func) if isinstance(node, ast.Return)]
-            if not found or any(r.value is None for r in found):
+            nodes = list(executed_nodes(func))
+            yields = [node for node in nodes if isinstance(node, (ast.Yield, ast.YieldFrom))]
+            found = [node for node in nodes if isinstance(node, ast.Return)]
+            if yields:
+                # a generator: what it yields (each element the same object on every call as long as these are)
+                values = [y.value for y in yields]
+                self._returns[key] = None if any(v is None for v in values) else \
+                    _union(self.of(v, func, 1) for v in values)  # type: ignore[arg-type]
+            elif not found or any(r.value is None for r in found):
                 self._returns[key] = None
             else:
                 self._returns[key] = _union(self.of(r.value, func, 1) for r in found)  # type: ignore[arg-type]

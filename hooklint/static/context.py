@@ -56,6 +56,7 @@ class FileContext:
         core = Core(self.model, self.inference, hooks=self.hooks, summarizer=self.summarizer,
                     external=self.project.external_facts)
         self.summarizer.core = core
+        self.inference._hl_core = core  # type: ignore[attr-defined]  # shared analysis asks this one
         return core
 
     @cached_property

@@ -528,9 +528,8 @@ def _place_text(place: str) -> str:
     elif place == "global":
         return "every module (global hook)"
     else:
-        text = "an object the function makes" if place == "n" else "an object hooklint cannot name"
-        return text
-    return f"each part of {text}" if part else text
+        return "an object the function makes" if place == "n" else "an object hooklint cannot name"
+    return f"each part of `{text}`" if part else text
 
 
 def _with_kwargs(call: ast.Call) -> bool:

@@ -54,6 +54,16 @@ _MODULE_API = frozenset({
 _NEUTRAL_BUILTINS = frozenset({"len", "bool", "isinstance", "id", "print", "repr", "str", "type", "hasattr"})
 
 
+def core_of(model: SemanticModel, inference: "Inference") -> "Core":
+    """The core of the file a semantic model is of: the one its checker made
+    (``FileContext.core``), or one made here for shared analysis that only has
+    the model (it then sees this file alone)."""
+    found = getattr(inference, "_hl_core", None)
+    if found is None or found.model is not model:
+        found = Core(model, inference)
+    return found
+
+
 class Core:
     """The facts of one file, and the questions about them."""
 
@@ -62,6 +72,8 @@ class Core:
                  external: Callable[[str], tuple[Facts, str, str, int, int, bool] | None] | None = None):
         self.model = model
         self.inference = inference
+        if getattr(inference, "_hl_core", None) is None:
+            inference._hl_core = self  # type: ignore[attr-defined]
         self._hooks = hooks
         self.summarizer = summarizer
         self._external_lookup = external
@@ -170,7 +182,34 @@ class Core:
         branch = _dead_branch(stmt, owner, self.model)
         if branch is not None:
             return branch
+        before = self._blocking_statement(stmt)
+        if before is not None:
+            if isinstance(before, ast.Expr) and isinstance(before.value, ast.Call):
+                return f"it follows `{_short_src(before.value.func)}(...)` at line {before.lineno}, which never returns"
+            return (f"every path through the statement at line {before.lineno} before it returns, raises or "
+                    f"exits")
         return "no path from the start of the function reaches it"
+
+    def _blocking_statement(self, stmt: ast.AST) -> ast.AST | None:
+        """The nearest earlier statement of an enclosing block that can run
+        but never completes (both branches of an `if` raise, `sys.exit()`)."""
+        child = stmt
+        cur = getattr(stmt, "_hl_parent", None)
+        while cur is not None and not isinstance(cur, FunctionNode + (ast.Module, ast.ClassDef)):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(cur, field, None)
+                if isinstance(block, list) and child in block:
+                    for earlier in reversed(block[:block.index(child)]):
+                        if self.can_run(earlier):
+                            return earlier
+            child, cur = cur, getattr(cur, "_hl_parent", None)
+        if cur is not None:
+            block = getattr(cur, "body", [])
+            if child in block:
+                for earlier in reversed(block[:block.index(child)]):
+                    if self.can_run(earlier):
+                        return earlier
+        return None
 
     # ------------------------------------------------------------ summaries
     def facts(self, func: ast.AST | None) -> Facts:
@@ -586,6 +625,28 @@ class Core:
             if isinstance(func, FunctionNode) and runs_callers_code_by_name(call, func, self.model):
                 return call
         return None
+
+    def belongs_to_caller(self, place: str, func: ast.AST | None) -> bool:
+        """Is the object at ``place`` (in ``func``'s terms) the caller's: a
+        parameter, a part of one, or an attribute of ``self`` that is not
+        built by the object itself (every assignment a constructor call of
+        this file's classes or of ``nn`` layers)?"""
+        if not P.is_callers(place):
+            return False
+        base = P.root(place)
+        if not base.startswith("s."):
+            return True
+        cls = self.model.enclosing_class(func) if func is not None else None
+        if cls is None:
+            return True
+        assigned = cls.attribute(base[2:])
+        if not assigned:
+            return True  # set elsewhere (a base class of another file, the caller)
+        for value, scope, _node in assigned:
+            if not (isinstance(value, ast.Call) and self.places.of(value, scope.node) == P.NEW
+                    or _builds_layer(self.model, value)):
+                return True
+        return False
 
     def looked_up_in_callers(self, expr: ast.AST, func: ast.AST | None, depth: int = 0) -> str | None:
         """For an object the summaries cannot place (``layer =
@@ -1027,6 +1088,26 @@ def _branch_of(stmt: ast.AST, node: ast.AST) -> str:
     return ""
 
 
+def _builds_layer(model: SemanticModel, value: ast.AST) -> bool:
+    """``nn.Linear(...)``, ``torch.nn.ReLU()``: a layer made here."""
+    if not isinstance(value, ast.Call) or not isinstance(value.func, (ast.Name, ast.Attribute)):
+        return False
+    from hooklint.static.semantic import is_torch_module_class
+
+    try:
+        return is_torch_module_class(model.qualify(value.func))
+    except Exception:  # noqa: BLE001 - an expression the model did not visit
+        return False
+
+
+def _short_src(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
+        return "?"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _holds(ancestor: ast.AST, node: ast.AST) -> bool:
     cur: ast.AST | None = node
     while cur is not None:
@@ -1074,7 +1155,7 @@ def _dead_branch(stmt: ast.AST, owner: ast.AST, model: SemanticModel) -> str | N
                     text = "the condition"
                 if len(text) > 40:
                     text = text[:37] + "..."
-                return f"it is in a branch that never runs (`{text}` is always {'true' if value else 'false'})"
+                return f"it is in a branch that never runs: `{text}` is always {'true' if value else 'false'}"
         if cur is owner:
             break
         child, cur = cur, getattr(cur, "_hl_parent", None)

@@ -633,8 +633,7 @@ class FileFacts:
                     facts.runs.append(places.of(f, func))
                 continue
             if f.attr == "remove" and not call.args and not call.keywords:
-                place = self._removed_place(f.value, func)
-                if place is not None:
+                for place in self._removed_places(f.value, func):
                     facts.removes.append(Removal(place, self._removal_point(call, f.value), call.lineno, node=call))
             elif f.attr == "clear" and not call.args:
                 place = places.of(f.value, func)
@@ -669,11 +668,24 @@ class FileFacts:
         cls = self.model.enclosing_class(func) if func is not None else None
         return cls is not None and cls.method(attr.attr) is None and bool(cls.attribute(attr.attr))
 
-    def _removed_place(self, expr: ast.AST, func: ast.AST | None) -> str | None:
+    def _removed_places(self, expr: ast.AST, func: ast.AST | None) -> list[str]:
+        """Where the handles ``<expr>.remove()`` removes are kept; a loop over
+        several containers (``for h in self.fwd + self.bwd``,
+        ``itertools.chain(a, b)``) removes from each."""
         place = self.places.of(expr, func)
-        if place in (P.UNKNOWN, P.NEW) or place.startswith("c:"):
-            return None
-        return place
+        if place not in (P.UNKNOWN, P.NEW) and not place.startswith("c:"):
+            return [place]
+        if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+            bindings = self.model.bindings_at(expr)
+            if len(bindings) == 1 and bindings[0].kind == "for" and not bindings[0].path \
+                    and isinstance(bindings[0].value, ast.AST):
+                out = []
+                for part in _concatenated(bindings[0].value):
+                    found = self.places.element_of(part, func)
+                    if found not in (P.UNKNOWN, P.NEW):
+                        out.append(found)
+                return out
+        return []
 
     def _removal_point(self, call: ast.Call, receiver: ast.AST) -> ast.AST | None:
         """The statement after which the handles are removed: for ``for h in
@@ -916,6 +928,15 @@ def _literal(node: ast.AST) -> Any:
         values = [_literal(e) for e in node.elts]
         return _NO_VALUE if any(v is _NO_VALUE for v in values) else values
     return _NO_VALUE
+
+
+def _concatenated(iterable: ast.AST) -> list[ast.AST]:
+    """``a + b + c`` and ``itertools.chain(a, b)``: the parts."""
+    if isinstance(iterable, ast.BinOp) and isinstance(iterable.op, ast.Add):
+        return _concatenated(iterable.left) + _concatenated(iterable.right)
+    if isinstance(iterable, ast.Call) and _last_name(iterable.func) == "chain" and not iterable.keywords:
+        return [p for a in iterable.args for p in _concatenated(a)]
+    return [iterable]
 
 
 def _size(node: ast.AST) -> int:
