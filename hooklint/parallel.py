@@ -413,6 +413,9 @@ class ProjectPass:
         self.rechecked = 0
         self.refined = 0  # files whose call sites got their facts
         self.roots: list[str] = []
+        # files the prefilter ruled out that call another file's wrapper: checked without it
+        self.unfiltered: set[int] = set()
+        self._searched: set[str] = set()  # names the files' text was searched for
 
     def figures(self) -> dict[str, int]:
         return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
@@ -427,10 +430,30 @@ class ProjectPass:
                 index.add(result.summary, names_from_roots(self.files[i], roots))
         index.settle_aliases()
         keys = {key for r in self.results if r.asked for key in r.asked}
-        if not keys:
+        wrappers = index.wrapper_names()
+        if not keys and not wrappers:
             return
         questions = {parse_key(key) for key in keys if not key.startswith((EXTERNAL_KEY, APPLY_KEY))}
-        self._find_callers(index, questions, {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)})
+        self._find_callers(index, questions, {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)},
+                           wrappers)
+        # Files the prefilter ruled out that call a wrapper of another file (a helper that registers hooks for
+        # its caller): the registrations are theirs, so they are checked, whatever their text.
+        users: list[CheckTask] = []
+        for i, result in enumerate(self.results):
+            if result.parsed or result.summary is None:
+                continue
+            key = EXTERNAL_KEY + result.summary["path"]
+            answer = index.external_facts(result.summary["path"])
+            if any(facts[0].get("regs") for facts in answer.values()):
+                self.unfiltered.add(i)
+                users.append((i, self.files[i], None, self.cache is not None, {key: answer}, True))
+        self._check(users)
+        if users:  # their questions name more callers to find
+            keys = {key for r in self.results if r.asked for key in r.asked}
+            self._find_callers(index, {parse_key(key) for key in keys if not key.startswith((EXTERNAL_KEY, APPLY_KEY))},
+                               {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)},
+                               wrappers)
+        self._remember_searched()
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -443,23 +466,33 @@ class ProjectPass:
             if not self._refine(index):
                 break
         self.rechecked = len(recheck)
-        for outcome in _run(recheck, self.options, self.graph_facts, _run_tasks, _crashed_check):
-            if outcome.result is not None:
-                self.results[outcome.index] = outcome.result
-                if outcome.record is not None:
-                    self.records[outcome.index] = outcome.record
-                else:
-                    self.records.pop(outcome.index, None)
+        self._check(recheck)
+
+    def _check(self, tasks: list[CheckTask]) -> None:
+        """Check files again (with answers about the project); those in
+        ``unfiltered`` without the text prefilter."""
+        plain = [t for t in tasks if t[0] not in self.unfiltered]
+        whole = [t for t in tasks if t[0] in self.unfiltered]
+        for options, part in ((self.options, plain), (dataclasses.replace(self.options, prefilter=False), whole)):
+            if not part:
+                continue
+            for outcome in _run(part, options, self.graph_facts, _run_tasks, _crashed_check):
+                if outcome.result is not None:
+                    self.results[outcome.index] = outcome.result
+                    if outcome.record is not None:
+                        self.records[outcome.index] = outcome.record
+                    else:
+                        self.records.pop(outcome.index, None)
 
     def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]],
-                      applied: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+                      applied: set[str] = frozenset(), wrappers: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
                    and not r.notices]
-        searched: set[str] = set()
+        searched = self._searched
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
             # an autograd Function applied in a file that names no hook API: search its class name
-            names = (index.names_for(questions) | {qual.rpartition(".")[2] for qual in applied}) - searched
+            names = (index.names_for(questions) | {qual.rpartition(".")[2] for qual in applied} | wrappers) - searched
             if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
                 names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
             progress = self._refine(index)
@@ -494,8 +527,11 @@ class ProjectPass:
             hits = set(found)
             pending = [i for i in pending if i not in hits]
             self.scan_valid -= hits
-        if self.cache is not None and searched and not searched <= known_names:
-            self.cache.scan_names = sorted(searched)
+
+    def _remember_searched(self) -> None:
+        known_names = set(self.cache.scan_names) if self.cache is not None else set()
+        if self.cache is not None and self._searched and not self._searched <= known_names:
+            self.cache.scan_names = sorted(self._searched)
 
     def _refine(self, index: ProjectIndex) -> bool:
         """Compute the facts of the call sites the index found missing; False when none were."""

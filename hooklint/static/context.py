@@ -48,7 +48,10 @@ class FileContext:
     def _registrations_through_other_files(self) -> list:
         if not self.project.external_names():
             return []
-        return [r for r in self.core.wrapped() if r.wrapper_chain and r.wrapper_chain[0][1]]
+        # only those whose hook the call passes: what the rules about the hook's body need here (a hook the
+        # wrapper makes itself is analysed in the wrapper's file, with the same module)
+        return [r for r in self.core.wrapped() if r.wrapper_chain and r.wrapper_chain[0][1]
+                and r.hook_expr is not None]
 
     @cached_property
     def core(self) -> Core:

@@ -117,6 +117,9 @@ def _short(qual: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2][:1].isupper() else parts[-1]
 
 
+# Function names too common to search the project's files for (wrapper_names).
+_COMMON_NAMES = frozenset({"forward", "apply", "setup", "register", "call", "run", "build", "init", "hook", "main",
+                           "step", "train", "update", "reset", "start", "close", "attach", "add"})
 # Keys of the questions that are not "does it run again" (see ProjectView).
 EXTERNAL_KEY = "ext:"
 APPLY_KEY = "apply:"
@@ -446,6 +449,25 @@ class ProjectIndex:
                     found.setdefault(site[2], []).append(site)
             self._by_caller[key] = found
         return found
+
+    def wrapper_names(self) -> set[str]:
+        """The names of the functions that register hooks for their callers
+        (the handle goes back to the caller, the kind or the module is the
+        caller's argument): a file that calls one is checked even when its
+        text names no hook API.  Common names are left out (searching every
+        file for `forward` would summarize them all)."""
+        out: set[str] = set()
+        for summary in self.summaries():
+            for local, data in summary.get("hooks", {}).items():
+                name = local.rpartition(".")[2]
+                if name in _COMMON_NAMES or name.startswith("__") or len(name) < 4:
+                    continue
+                for reg in data.get("regs", ()):
+                    target, handle, when, choose = reg[1], reg[3], reg[7], reg[8]
+                    if handle in ("ret", "ret*") or choose or when or target.startswith(("p:", "e:p:")):
+                        out.add(name)
+                        break
+        return out
 
     def external_facts(self, path: str) -> dict[str, list[Any]]:
         """For the file ``path``: the callees of its call sites that are

@@ -253,6 +253,18 @@ class Core:
         found: dict[int, ast.Call] = {}
         pending = list(names)
         seen: set[str] = set()
+        external = set(self._external_names()) if self._external_lookup is not None else set()
+        if external and self.summarizer is not None:
+            # calls of another file's functions, under whatever name this file imports them as
+            for group in (self.model.method_calls, self.model.name_calls):
+                for calls in group.values():
+                    for call in calls:
+                        callee = self.summarizer.callee(call)
+                        if callee is not None and callee[0] in external:
+                            found[id(call)] = call
+                            owner_name = getattr(self.places.owner(call), "name", None)
+                            if owner_name:
+                                pending.append(owner_name)
         while pending:
             name = pending.pop()
             if name in seen:
@@ -322,8 +334,11 @@ class Core:
             if kind.is_module and type(value).__name__ == "TensorValue":
                 value = None
             hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
+            from hooklint.static.core.summary import API_KINDS
+
+            api = reg.api if reg.api in API_KINDS else next(a for a, k in API_KINDS.items() if k == reg.kind)
             found = self._as_registration[key] = Registration(reg.site, kind, receiver, value, hook_expr, hook,
-                                                              method=reg.api, summary=reg)
+                                                              method=api, summary=reg)
         return found
 
     def related_classes(self, cls: Any) -> list[Any]:

@@ -266,7 +266,8 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
             choose = (mapped, choose[1], choose[2])
         else:
             choose = None
-    handle = _combine_fate(reg.handle, edge.fate, callee, sub)
+    handle = _combine_fate(reg.handle, edge.fate, callee, sub) if not edge.construct else \
+        ("?" if reg.handle in ("ret", "ret*") else _combine_fate(reg.handle, "?", callee, sub))
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
                tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
                reg.handle in ("ret", "ret*"), reg.guessed)
