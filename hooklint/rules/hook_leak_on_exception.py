@@ -172,8 +172,12 @@ class HookLeakOnException(Rule):
                 removals = core.removals_after(func, reg)
                 if not removals or reg.site is None:
                     continue
-                points = [point for point, _node in removals]
                 start = core.statement(reg.site)
+                # only removals that can follow the registration (one before it takes off the last call's hooks)
+                removals = [(p, n) for p, n in removals if cfg.some_path_reaches(start, p)]
+                if not removals:
+                    continue
+                points = [point for point, _node in removals]
                 for stmt in cfg.statements_between(start, points):
                     risky = core.runs_callers_code(stmt, func)
                     if risky is None:

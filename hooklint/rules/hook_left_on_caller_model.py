@@ -183,7 +183,6 @@ class HookLeftOnCallerModel(Rule):
             owner = core.places.owner(call)
             if isinstance(owner, FunctionNode):
                 owners[id(owner)] = owner
-        guards = ctx.summarizer.guards
         seen: set[int] = set()
         for func in sorted(owners.values(), key=lambda f: (f.lineno, f.col_offset)):
             if function_of(func) is not None or getattr(func, "name", "") in ("__init__", "__post_init__"):
@@ -193,8 +192,8 @@ class HookLeftOnCallerModel(Rule):
                     continue
                 if reg.guessed or not core.belongs_to_caller(reg.target, func):
                     continue  # only the caller's own modules and parameters
-                if not (reg.guarded or guards.guarded(reg.site, func)):
-                    continue  # it stacks on every call: HKL304's
+                if not (reg.once or core.once_guarded(reg.site, func)):
+                    continue  # it stacks on every call (HKL304's), or a switch decides (not ours to judge)
                 kept = self._kept(ctx, func, reg)
                 if kept is None:
                     continue

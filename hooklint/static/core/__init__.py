@@ -624,7 +624,7 @@ class Core:
                 if base == P.SELF and self.facts_of._is_stored(func, f):
                     return call
                 if P.is_callers(base) and base != P.SELF and f.attr not in _MODULE_API \
-                        and self.local_callee(call) is None:
+                        and self.local_callee(call) is None and self.belongs_to_caller(base, func):
                     # a method of an object the caller handed over (`self.predictor.get_gradients(...)`,
                     # `model.generate(...)`): its code, not the library's; the module API that runs no
                     # forward (`eval()`, `modules()`, `register_*`) is not
@@ -658,8 +658,9 @@ class Core:
         if not assigned:
             return True  # set elsewhere (a base class of another file, the caller)
         for value, scope, _node in assigned:
-            if not (isinstance(value, ast.Call) and self.places.of(value, scope.node) == P.NEW
-                    or _builds_layer(self.model, value)):
+            # `self.model = model`, `self.model = model.to(device)`, `self.point = model.hook_point`: the
+            # caller's; `self.model = get_model(config)`, `HookPoint()`, `nn.Linear(...)`: the object's own
+            if P.is_callers(self.places.of(value, scope.node)):
                 return True
         return False
 
@@ -691,6 +692,37 @@ class Core:
             if P.is_callers(place):
                 return P.element(place)
         return None
+
+    def once_guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
+        """Does a test around ``node`` (or an earlier ``if ...: return``) read
+        a flag that the guarded code itself sets, so that the second run
+        skips it: ``if self._handle is None: self._handle = ...``, ``if not
+        hasattr(m, "_hooked"): m._hooked = True``, ``if self.done: return``
+        with ``self.done = True`` further on?  Stricter than :meth:`guarded`:
+        a configuration switch is not one."""
+        owner = func if func is not None else self.model.tree
+        child: ast.AST = node
+        cur = getattr(node, "_hl_parent", None)
+        while cur is not None and cur is not owner:
+            if isinstance(cur, ast.If) and child in cur.body and _sets_what_it_tests(cur.test, cur.body):
+                return True
+            if isinstance(cur, ast.stmt) or isinstance(child, ast.stmt):
+                for field in ("body", "orelse", "finalbody"):
+                    block = getattr(cur, field, None)
+                    if isinstance(block, list) and child in block:
+                        for earlier in block[:block.index(child)]:
+                            if isinstance(earlier, ast.If) and earlier.body and isinstance(
+                                    earlier.body[-1], (ast.Return, ast.Raise, ast.Continue)) \
+                                    and _sets_what_it_tests(earlier.test, list(getattr(owner, "body", []))):
+                                return True
+            child, cur = cur, getattr(cur, "_hl_parent", None)
+        if cur is owner:
+            for earlier in getattr(owner, "body", [])[:_index_in(getattr(owner, "body", []), child)]:
+                if isinstance(earlier, ast.If) and earlier.body and isinstance(
+                        earlier.body[-1], (ast.Return, ast.Raise)) \
+                        and _sets_what_it_tests(earlier.test, list(getattr(owner, "body", []))):
+                    return True
+        return False
 
     def guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
         """Is ``node`` under a condition that can make it run once (a flag, a handle check)?"""
@@ -1101,6 +1133,46 @@ def _branch_of(stmt: ast.AST, node: ast.AST) -> str:
         if _holds(case, node):
             return f"case{i}"
     return ""
+
+
+def _index_in(block: list, node: ast.AST) -> int:
+    return block.index(node) if node in block else 0
+
+
+def _sets_what_it_tests(test: ast.AST, code: list) -> bool:
+    """Does ``code`` store an attribute (or ``setattr`` one, or add to a
+    container kept in one) that ``test`` reads, or that a ``hasattr`` /
+    ``getattr`` in it asks for?  Attributes only: a local name does not
+    outlive the call, so a test of one is no guard against the next call."""
+    read_attrs: set[str] = set()
+    read_names: set[str] = set()
+    for node in ast.walk(test):
+        if isinstance(node, ast.Attribute):
+            read_attrs.add(node.attr)
+        elif isinstance(node, ast.Name):
+            read_names.add(node.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            read_attrs.add(node.args[1].value)
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            pass
+    for stmt in code:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in read_attrs:
+                return True
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+                base = node.value
+                if isinstance(base, ast.Attribute) and base.attr in read_attrs:
+                    return True  # `if m not in self.seen: self.seen[m] = ...`
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                    and node.args[1].value in read_attrs:
+                return True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("add", "append", "update", "setdefault") \
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in read_attrs:
+                return True  # `if m not in self.seen: self.seen.add(m)`
+    return False
 
 
 def _builds_layer(model: SemanticModel, value: ast.AST) -> bool:

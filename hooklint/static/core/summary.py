@@ -87,6 +87,7 @@ class Reg:
     chosen: bool = False  # the API was named by the call's argument (`getattr(m, f"register_{kind}_hook")`)
     passed: bool = False  # the callee handed the handle out: ``handle`` is what the call's caller does with it
     guessed: bool = False  # ``target`` is a guess from the shape of a lookup (Core.looked_up_in_callers)
+    once: bool = False  # under a test of a flag the guarded code sets: a second run does not register it
     # in the file that computed it (never stored):
     site: ast.Call | None = field(default=None, compare=False, hash=False)  # the call here that makes it
     target_expr: ast.AST | None = field(default=None, compare=False, hash=False)
@@ -97,14 +98,14 @@ class Reg:
     def to_json(self) -> list[Any]:
         return [self.kind, self.target, self.hook, self.handle, self.line, self.api, self.path,
                 [list(w) for w in self.when], list(self.choose) if self.choose else None,
-                [list(c) for c in self.chain], self.guarded, self.chosen, self.passed, self.guessed]
+                [list(c) for c in self.chain], self.guarded, self.chosen, self.passed, self.guessed, self.once]
 
     @classmethod
     def from_json(cls, data: list[Any], path: str = "") -> "Reg":
-        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded, chosen, passed, guessed = data
+        kind, target, hook, handle, line, api, rpath, when, choose, chain, guarded, chosen, passed, guessed, once = data
         return cls(kind, target, hook, handle, line, api, rpath or path,
                    tuple(tuple(w) for w in when), tuple(choose) if choose else None,  # type: ignore[arg-type]
-                   tuple((n, p or path, ln) for n, p, ln in chain), guarded, chosen, passed, guessed)
+                   tuple((n, p or path, ln) for n, p, ln in chain), guarded, chosen, passed, guessed, once)
 
 
 @dataclass
@@ -183,14 +184,16 @@ class Edge:
     line: int = 0
     bound: int = 0  # leading parameters the call supplies itself (a bound method's self)
     construct: bool = False
+    once: bool = False  # the call is under a test of a flag the guarded code sets (Core.once_guarded)
 
     def to_json(self) -> list[Any]:
-        return [self.recv, self.args, self.kwargs, self.fate, self.guarded, self.line, self.bound, self.construct]
+        return [self.recv, self.args, self.kwargs, self.fate, self.guarded, self.line, self.bound, self.construct,
+                self.once]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> "Edge":
-        recv, args, kwargs, fate, guarded, line, bound, construct = data
-        return cls(recv, list(args), dict(kwargs), fate, guarded, line, bound, construct)
+        recv, args, kwargs, fate, guarded, line, bound, construct, once = data
+        return cls(recv, list(args), dict(kwargs), fate, guarded, line, bound, construct, once)
 
     def argument(self, facts: Facts, name: str) -> str | None:
         """The caller's place for the callee's parameter ``name``."""
@@ -270,7 +273,7 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
         ("?" if reg.handle in ("ret", "ret*") else _combine_fate(reg.handle, "?", callee, sub))
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
                tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
-               reg.handle in ("ret", "ret*"), reg.guessed)
+               reg.handle in ("ret", "ret*"), reg.guessed, reg.once or edge.once)
 
 
 def _combine_fate(handle: str, outer: str, callee: Facts, sub: Callable[[str], str]) -> str:
@@ -488,7 +491,7 @@ class FileFacts:
         args = ["*" if isinstance(a, ast.Starred) else places.of(a, func) for a in call.args]
         kwargs = {("**" if k.arg is None else k.arg): places.of(k.value, func) for k in call.keywords}
         return Edge(recv, args, kwargs, self.core.fate(call, func), self.core.guarded(call, func), call.lineno,
-                    bound, construct)
+                    bound, construct, self.core.once_guarded(call, func))
 
     def _argument_expr(self, call: ast.Call, callee: Facts, edge: Edge, place: str | None) -> ast.AST | None:
         """The expression at ``call`` that stands for the callee's place (a
@@ -625,8 +628,8 @@ class FileFacts:
                 reg.kind.value, target, hook if hook and (hook.startswith("p:") or hook == P.SELF) else None,
                 core.fate(reg.call, func), reg.call.lineno, reg.method_name,
                 when=tuple(self._conditions(reg.call, func)), guarded=core.guarded(reg.call, func),
-                guessed=guessed, site=reg.call, target_expr=reg.receiver, hook_expr=reg.hook_expr,
-                registration=reg))
+                guessed=guessed, once=core.once_guarded(reg.call, func), site=reg.call, target_expr=reg.receiver,
+                hook_expr=reg.hook_expr, registration=reg))
         for call in self.calls_in(func):
             f = call.func
             if not isinstance(f, ast.Attribute):
