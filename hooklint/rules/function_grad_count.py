@@ -362,7 +362,8 @@ class FunctionGradCount(Rule):
                 (Related("the apply call", ctx.display_path, ctx.span(c)[0]), n)
                 for c in fn.apply_calls if (n := _argument_count(c)) is not None]
             qual = ctx.qualname(fn.info.node)
-            if qual is not None:
+            if qual is not None and fn.required < len(fn.inputs):
+                # only a defaulted input makes the count depend on the call: ask the other files then
                 # `Fn.apply(...)` in the other checked files, under any alias or re-export
                 sites += [(Related("the apply call", path, Location(line, 1)), n)
                           for path, line, n in ctx.project.apply_sites(qual)

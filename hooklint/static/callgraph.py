@@ -781,7 +781,7 @@ class Summarizer:
         return ".".join([head] + parts[::-1])
 
     # ----------------------------------------------------------- summary
-    def summary(self, facts: bool = False) -> dict[str, Any]:
+    def summary(self, facts: bool = False, hooks: bool = True) -> dict[str, Any]:
         """``facts``: compute every site's facts now (otherwise they are left
         None, for :meth:`site_facts` to fill in when a question needs them)."""
         functions: dict[str, list[Any]] = {}
@@ -819,10 +819,26 @@ class Summarizer:
                 elif isinstance(b.value, str):
                     imports[name] = b.value
         return {"v": SUMMARY_FORMAT, "module": self.module, "path": self.display_path, "functions": functions,
-                "classes": classes, "imports": imports, "sites": self.sites(facts), "hooks": self.core.export()}
+                "classes": classes, "imports": imports, "sites": self.sites(facts, eager_hooks=hooks),
+                "hooks": self.core.export() if hooks else {}}
 
-    def sites(self, facts: bool = False) -> list[list[Any]]:
+    def sites(self, facts: bool = False, eager_hooks: bool = False) -> list[list[Any]]:
+        """``eager_hooks``: compute now the facts of the sites that call a
+        function of this file with a hook summary (the project index composes
+        summaries through them; computing them later would parse the file again)."""
         out = []
+        hooked: set[int] = set()
+        if eager_hooks and not facts:
+            exported = self.core.export()
+            if exported:
+                names = {local.rpartition(".")[2] for local in exported}
+                for name in names:
+                    for call in list(self.model.name_calls.get(name, ())) + list(self.model.method_calls.get(name, ())):
+                        local = self.core.local_callee(call)
+                        if local is not None and local_qualname(local[0]) in exported:
+                            hooked.add(id(call))
+                for call in self.model.method_calls.get("apply", ()):
+                    hooked.add(id(call))
         for calls in (self.model.name_calls, self.model.method_calls):
             for group in calls.values():
                 for call in group:
@@ -835,7 +851,7 @@ class Summarizer:
                         caller = self._callers[id(func)] = local_qualname(func) if isinstance(func, FunctionNode) else None
                     for via, found in callees:
                         out.append([found[0], found[1], caller, call.lineno, call.col_offset,
-                                    self.facts(call, found[2], via) if facts else None, via])
+                                    self.facts(call, found[2], via) if facts or id(call) in hooked else None, via])
         out.sort(key=lambda s: (s[3], s[4], s[6], s[0]))
         return out
 

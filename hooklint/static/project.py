@@ -117,6 +117,8 @@ def _short(qual: str) -> str:
     return ".".join(parts[-2:]) if len(parts) > 2 and parts[-2][:1].isupper() else parts[-1]
 
 
+# Wrapper names searched in the files the prefilter ruled out, at most.
+MAX_WRAPPER_NAMES = 32
 # Function names too common to search the project's files for (wrapper_names).
 _COMMON_NAMES = frozenset({"forward", "apply", "setup", "register", "call", "run", "build", "init", "hook", "main",
                            "step", "train", "update", "reset", "start", "close", "attach", "add"})
@@ -176,6 +178,9 @@ class ProjectIndex:
         self._memo = {}
         self._hook_memo: dict[str, Any] = {}
         self._hook_active: set[str] = set()
+        self._ext_memo: dict[str, dict[str, list[Any]]] = {}
+        self._by_path: dict[str, dict[str, Any]] | None = None
+        self._applies: dict[str, list[tuple[dict[str, Any], list[Any]]]] | None = None
 
     def _forget_names(self) -> None:
         self._canonical: dict[str, str | None] = {}
@@ -417,8 +422,9 @@ class ProjectIndex:
                 if resolved is None or resolved[0] == qual:
                     continue
                 callee = self.hook_facts(resolved[0])
-                if callee is None or callee.empty():
-                    continue
+                callee = _for_callers(callee) if callee is not None else None
+                if callee is None:
+                    continue  # nothing a caller in another file needs: no site facts asked for
                 site_facts = self.site_facts(summary, site)
                 if site_facts is None or len(site_facts) < 7 or site_facts[6] is None:
                     continue
@@ -460,23 +466,29 @@ class ProjectIndex:
         for summary in self.summaries():
             for local, data in summary.get("hooks", {}).items():
                 name = local.rpartition(".")[2]
-                if name in _COMMON_NAMES or name.startswith("__") or len(name) < 4:
-                    continue
+                if name in _COMMON_NAMES or name.startswith("_") or len(name) < 4:
+                    continue  # a private helper is its own file's business
                 for reg in data.get("regs", ()):
-                    target, handle, when, choose = reg[1], reg[3], reg[7], reg[8]
-                    if handle in ("ret", "ret*") or choose or when or target.startswith(("p:", "e:p:")):
+                    handle, when, choose = reg[3], reg[7], reg[8]
+                    # it hands the handle back, or its argument chooses the kind: the registration is the caller's
+                    if handle in ("ret", "ret*") or choose or any(w[0].startswith("p:") for w in when):
                         out.add(name)
                         break
-        return out
+        return set(sorted(out)[:MAX_WRAPPER_NAMES])
 
     def external_facts(self, path: str) -> dict[str, list[Any]]:
         """For the file ``path``: the callees of its call sites that are
         functions of other checked files doing something with hooks, by the
         name the site spells, as ``ProjectView.external_facts`` reads them."""
-        summary = next((s for s in self._all if s["path"] == path), None)
+        if path in self._ext_memo:
+            return self._ext_memo[path]
+        if self._by_path is None:
+            self._by_path = {s["path"]: s for s in self._all}
+        summary = self._by_path.get(path)
         if summary is None:
             return {}
         out: dict[str, list[Any]] = {}
+        self._ext_memo[path] = out
         for site in summary["sites"]:
             name = site[0]
             if name in out or site[6]:
@@ -488,8 +500,9 @@ class ProjectIndex:
             if module is None or self.modules[module] is summary:
                 continue
             facts = self.hook_facts(resolved[0])
-            if facts is None or facts.empty():
-                continue
+            facts = _for_callers(facts) if facts is not None else None
+            if facts is None:
+                continue  # what it runs or returns is followed within files only: answers stay small and stable
             entry = self.function(resolved[0])
             out[name] = [facts.to_json(), _short(resolved[0]), self.function_path(resolved[0]) or "",
                          entry[5] if entry else 0, 1 if resolved[1] else site[1], _constructs(resolved[0], site)]
@@ -498,21 +511,23 @@ class ProjectIndex:
     def apply_sites(self, qual: str) -> list[list[Any]]:
         """``[path, line, arguments]`` of each ``Fn.apply(...)`` call of the
         autograd Function class ``qual`` (arguments None when ``*args``)."""
+        if self._applies is None:
+            applies: dict[str, list[tuple[dict[str, Any], list[Any]]]] = {}
+            for summary in self.summaries():
+                for site in summary["sites"]:
+                    name = site[0]
+                    if name.endswith(".apply") and not site[6]:
+                        cls = name[:-len(".apply")]
+                        applies.setdefault(self.canonical(cls) or cls, []).append((summary, site))
+            self._applies = applies
         out = []
-        for summary in self.summaries():
-            for site in summary["sites"]:
-                name = site[0]
-                if not name.endswith(".apply") or site[6]:
-                    continue
-                cls = name[:-len(".apply")]
-                if (self.canonical(cls) or cls) != qual:
-                    continue
-                facts = self.site_facts(summary, site)
-                if facts is None or facts[1] is None:
-                    continue
-                args, kwargs = facts[1][1], facts[1][2]
-                count = None if any(a is None for a in args) else len(args) + len(kwargs)
-                out.append([summary["path"], site[3], count])
+        for summary, site in self._applies.get(qual, ()):
+            facts = self.site_facts(summary, site)
+            if facts is None or facts[1] is None:
+                continue
+            args, kwargs = facts[1][1], facts[1][2]
+            count = None if any(a is None for a in args) else len(args) + len(kwargs)
+            out.append([summary["path"], site[3], count])
         out.sort(key=lambda e: (e[0], e[1]))
         return out
 
@@ -672,6 +687,25 @@ class ProjectIndex:
             if len(subclasses) <= MAX_SUBCLASS_NAMES:  # a framework's base class: its users are not followed
                 names.update(sub.rsplit(".", 1)[-1] for sub in subclasses)
         return {n for n in names if n.isidentifier()}
+
+
+def _for_callers(facts: Any) -> Any:
+    """The part of a summary its callers in other files can use: the hooks it
+    registers on what they pass (or for them: the handle comes back, their
+    argument picks the kind) and the handles it removes from their objects;
+    None when nothing is left."""
+    from dataclasses import replace
+
+    def callers(place: str | None) -> bool:
+        return bool(place) and (place.startswith(("p:", "e:p:", "s", "e:s")))  # type: ignore[union-attr]
+
+    regs = [r for r in facts.regs
+            if r.handle in ("ret", "ret*") or r.choose or callers(r.hook) or callers(r.target)
+            or any(w[0].startswith("p:") for w in r.when)]
+    removes = [r for r in facts.removes if callers(r.place)]
+    if not regs and not removes:
+        return None
+    return replace(facts, regs=regs, removes=removes, forgets=[], runs=[])
 
 
 def _is_self(name: str) -> bool:
@@ -840,7 +874,8 @@ def summarize_source(path: str, text: str, display_path: str, names: Iterable[st
     wanted = set(names)
 
     def job(summarizer: Any) -> dict[str, Any]:
-        summary = summarizer.summary()
+        # a file with no hook API: its call sites matter, its own hook facts are empty or not worth the cost
+        summary = summarizer.summary(hooks=False)
         for site in summary["sites"]:
             if wanted and wanted.intersection(site[0].replace(":", ".").split(".")):
                 site[5] = summarizer.site_facts(site[3], site[4], site[6])

@@ -89,6 +89,8 @@ class Core:
         self._fate_points: dict[int, list[tuple[ast.AST, ast.AST]]] = {}
         self._as_registration: dict[tuple, Any] = {}
         self._bound: dict[str, ast.AST] | None = None
+        self._external_known: bool | None = None
+        self._store_cache: dict[int, frozenset[str]] = {}
         self._last_points: list[tuple[ast.AST, ast.AST]] = []
 
     @property
@@ -124,6 +126,8 @@ class Core:
         node = local[0]
         if id(node) in self._building or not isinstance(node, FunctionNode):
             return False
+        if not any(isinstance(n, ast.Raise) for n in self.facts_of.exits_in(node)):
+            return False  # no `raise` of its own: it returns (or calls something that exits: not followed)
         if any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(node)):
             return False
         return not self.cfg(node).can_exit_normally()
@@ -233,8 +237,9 @@ class Core:
 
         facts_of = self.facts_of
         names: set[str] = set()
+        # functions that register hooks themselves; their callers are found by name below
         exported = self.facts_of.export(local_qualname)
-        names |= {local.rpartition(".")[2] for local in exported}
+        names |= {local.rpartition(".")[2] for local, data in exported.items() if data.get("regs")}
         if self._external_lookup is not None and self.summarizer is not None:
             answers = self._external_names()
             names |= {name.rpartition(".")[2] for name in answers}
@@ -260,7 +265,9 @@ class Core:
                 for calls in group.values():
                     for call in calls:
                         callee = self.summarizer.callee(call)
-                        if callee is not None and callee[0] in external:
+                        if callee is not None and callee[0] in external \
+                                and self._external_lookup(callee[0]) is not None \
+                                and self._external_lookup(callee[0])[0].regs:
                             found[id(call)] = call
                             owner_name = getattr(self.places.owner(call), "name", None)
                             if owner_name:
@@ -446,8 +453,8 @@ class Core:
     def external_facts(self, call: ast.Call) -> tuple[Facts, Edge, str, str, int] | None:
         return self._external(call)
 
-    def _external(self, call: ast.Call) -> tuple[Facts, Edge, str, str, int] | None:
-        if self._external_lookup is None or self.summarizer is None:
+    def _external(self, call: ast.Call, with_edge: bool = True) -> tuple[Facts, Edge, str, str, int] | None:
+        if self._external_lookup is None or self.summarizer is None or not self._has_external():
             return None
         callee = self.summarizer.callee(call)
         if callee is None:
@@ -456,29 +463,40 @@ class Core:
         if found is None:
             return None
         facts, name, path, line, bound, construct = found
-        edge = self.facts_of.edge(call, self.places.owner(call), bound, construct)
-        return facts, edge, name, path, line
+        edge = self.facts_of.edge(call, self.places.owner(call), bound, construct) if with_edge else None
+        return facts, edge, name, path, line  # type: ignore[return-value]
+
+    def _has_external(self) -> bool:
+        """Does the project know facts of another file's functions this file calls?  (Asked once.)"""
+        if self._external_known is None:
+            self._external_known = bool(self._external_names())
+        return self._external_known
 
     def _returned_by_call(self, call: ast.Call, func: ast.AST | None) -> str | None:
-        target = self.facts_of.callee(call, func) if self.facts_of is not None else None
-        if target is None:
-            return None
-        facts, edge, _name, _path, _line = target
-        if not facts.returns:
-            return None
-        recv = P.NEW if edge.construct else edge.recv
-        found = P.substitute(facts.returns, lambda param: edge.argument(facts, param), recv)
-        return found if found != P.UNKNOWN else None
+        return self._through_call(call, func, "returns")
 
     def _elements_of_call(self, call: ast.Call, func: ast.AST | None) -> str | None:
-        target = self.facts_of.callee(call, func) if self.facts_of is not None else None
-        if target is None:
+        return self._through_call(call, func, "elems")
+
+    def _through_call(self, call: ast.Call, func: ast.AST | None, fact: str) -> str | None:
+        """A callee's place fact (what it returns, what it yields) in the caller's
+        terms, from the callee's own facts (cheap: no composition, no edge)."""
+        facts_of = getattr(self, "facts_of", None)
+        if facts_of is None:
             return None
-        facts, edge, _name, _path, _line = target
-        if not facts.elems:
+        target = facts_of.callee(call, func, with_edge=False, composed=False)
+        if target is None or not getattr(target[0], fact):
             return None
-        recv = P.NEW if edge.construct else edge.recv
-        found = P.substitute(facts.elems, lambda param: edge.argument(facts, param), recv)
+        facts = target[0]
+        local = self.local_callee(call)
+        bound = local[1] if local is not None else 0
+        construct = local[2] if local is not None else False
+        recv = P.NEW if construct else (self.places.of(call.func.value, func) if isinstance(call.func, ast.Attribute)
+                                        else P.UNKNOWN)
+        edge = Edge(recv, ["*" if isinstance(a, ast.Starred) else self.places.of(a, func) for a in call.args],
+                    {("**" if k.arg is None else k.arg): self.places.of(k.value, func) for k in call.keywords},
+                    "?", bound=bound, construct=construct)
+        found = P.substitute(getattr(facts, fact), lambda param: edge.argument(facts, param), recv)
         return found if found != P.UNKNOWN else None
 
     def local_callee(self, call: ast.Call) -> tuple[ast.AST, int, bool] | None:
@@ -630,13 +648,15 @@ class Core:
                     # forward (`eval()`, `modules()`, `register_*`) is not
                     return call
             target = self.facts_of.callee(call, func)
-            if target is not None:
+            if target is not None and target[1] is not None:
                 facts, edge, _name, _path, _line = target
                 recv = P.NEW if edge.construct else edge.recv
                 if any(P.is_callers(P.substitute(r, lambda param: edge.argument(facts, param), recv))
                        for r in facts.runs):
                     return call
                 continue  # a function of the project that runs nothing of the caller's
+            if target is not None:
+                continue
             if isinstance(func, FunctionNode) and runs_callers_code_by_name(call, func, self.model):
                 return call
         return None
@@ -701,10 +721,11 @@ class Core:
         with ``self.done = True`` further on?  Stricter than :meth:`guarded`:
         a configuration switch is not one."""
         owner = func if func is not None else self.model.tree
+        body = owner.body if isinstance(getattr(owner, "body", None), list) else []  # a lambda's body is one expression
         child: ast.AST = node
         cur = getattr(node, "_hl_parent", None)
         while cur is not None and cur is not owner:
-            if isinstance(cur, ast.If) and child in cur.body and _sets_what_it_tests(cur.test, cur.body):
+            if isinstance(cur, ast.If) and child in cur.body and _sets_what_it_tests(cur.test, self._stores(cur)):
                 return True
             if isinstance(cur, ast.stmt) or isinstance(child, ast.stmt):
                 for field in ("body", "orelse", "finalbody"):
@@ -713,16 +734,47 @@ class Core:
                         for earlier in block[:block.index(child)]:
                             if isinstance(earlier, ast.If) and earlier.body and isinstance(
                                     earlier.body[-1], (ast.Return, ast.Raise, ast.Continue)) \
-                                    and _sets_what_it_tests(earlier.test, list(getattr(owner, "body", []))):
+                                    and _sets_what_it_tests(earlier.test, self._stores(owner)):
                                 return True
             child, cur = cur, getattr(cur, "_hl_parent", None)
         if cur is owner:
-            for earlier in getattr(owner, "body", [])[:_index_in(getattr(owner, "body", []), child)]:
+            for earlier in body[:_index_in(body, child)]:
                 if isinstance(earlier, ast.If) and earlier.body and isinstance(
                         earlier.body[-1], (ast.Return, ast.Raise)) \
-                        and _sets_what_it_tests(earlier.test, list(getattr(owner, "body", []))):
+                        and _sets_what_it_tests(earlier.test, self._stores(owner)):
                     return True
         return False
+
+    def _stores(self, node: ast.AST) -> frozenset[str]:
+        """The attribute names the code of ``node`` (an ``if``, a function)
+        sets: stores, ``setattr``, and additions to containers kept in
+        attributes (``self.seen.add(m)``, ``self.seen[m] = ...``).  Walked
+        once per node."""
+        found = self._store_cache.get(id(node))
+        if found is None:
+            names: set[str] = set()
+            body = node.body if isinstance(getattr(node, "body", None), list) else []
+            stack = list(body)
+            while stack:
+                cur = stack.pop()
+                if isinstance(cur, (ast.Lambda,) + FunctionNode + (ast.ClassDef,)):
+                    continue
+                if isinstance(cur, ast.Attribute) and isinstance(cur.ctx, ast.Store):
+                    names.add(cur.attr)
+                elif isinstance(cur, ast.Subscript) and isinstance(cur.ctx, ast.Store) \
+                        and isinstance(cur.value, ast.Attribute):
+                    names.add(cur.value.attr)
+                elif isinstance(cur, ast.Call) and isinstance(cur.func, ast.Name) and cur.func.id == "setattr" \
+                        and len(cur.args) >= 2 and isinstance(cur.args[1], ast.Constant) \
+                        and isinstance(cur.args[1].value, str):
+                    names.add(cur.args[1].value)
+                elif isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute) \
+                        and cur.func.attr in ("add", "append", "update", "setdefault") \
+                        and isinstance(cur.func.value, ast.Attribute):
+                    names.add(cur.func.value.attr)
+                stack.extend(ast.iter_child_nodes(cur))
+            found = self._store_cache[id(node)] = frozenset(names)
+        return found
 
     def guarded(self, node: ast.AST, func: ast.AST | None) -> bool:
         """Is ``node`` under a condition that can make it run once (a flag, a handle check)?"""
@@ -1063,7 +1115,7 @@ class Core:
 
     def _helper_removes(self, call: ast.Call, use: ast.Name, func: ast.AST | None) -> tuple[str, Any] | None:
         target = self.facts_of.callee(call, func)
-        if target is None:
+        if target is None or target[1] is None:
             return None
         facts, edge, _name, _path, _line = target
         index = call.args.index(use)
@@ -1139,39 +1191,19 @@ def _index_in(block: list, node: ast.AST) -> int:
     return block.index(node) if node in block else 0
 
 
-def _sets_what_it_tests(test: ast.AST, code: list) -> bool:
-    """Does ``code`` store an attribute (or ``setattr`` one, or add to a
-    container kept in one) that ``test`` reads, or that a ``hasattr`` /
-    ``getattr`` in it asks for?  Attributes only: a local name does not
-    outlive the call, so a test of one is no guard against the next call."""
-    read_attrs: set[str] = set()
-    read_names: set[str] = set()
+def _sets_what_it_tests(test: ast.AST, stored: frozenset[str]) -> bool:
+    """Does the guarded code set (``stored``: :meth:`Core._stores`) an
+    attribute that ``test`` reads, or that a ``hasattr``/``getattr`` in it
+    asks for?  Attributes only: a local name does not outlive the call, so a
+    test of one is no guard against the next call."""
+    if not stored:
+        return False
     for node in ast.walk(test):
-        if isinstance(node, ast.Attribute):
-            read_attrs.add(node.attr)
-        elif isinstance(node, ast.Name):
-            read_names.add(node.id)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
-            read_attrs.add(node.args[1].value)
-        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
-            pass
-    for stmt in code:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr in read_attrs:
-                return True
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
-                base = node.value
-                if isinstance(base, ast.Attribute) and base.attr in read_attrs:
-                    return True  # `if m not in self.seen: self.seen[m] = ...`
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
-                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                    and node.args[1].value in read_attrs:
-                return True
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("add", "append", "update", "setdefault") \
-                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr in read_attrs:
-                return True  # `if m not in self.seen: self.seen.add(m)`
+        if isinstance(node, ast.Attribute) and node.attr in stored:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("hasattr", "getattr") \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in stored:
+            return True
     return False
 
 

@@ -31,9 +31,10 @@ def project_roots(root: str, checked: Iterable[str] = (), pythonpath: Iterable[s
     add(os.path.join(root, "src"))
     for path in checked:
         full = os.path.abspath(path)
-        add(full if os.path.isdir(full) else os.path.dirname(full))
-        if os.path.isdir(os.path.join(full, "src")):
-            add(os.path.join(full, "src"))
+        if os.path.isdir(full):  # a folder checked as a whole (a file's own folder: its package name covers it)
+            add(full)
+            if os.path.isdir(os.path.join(full, "src")):
+                add(os.path.join(full, "src"))
     add(root)
     found.sort(key=lambda f: -len(f))  # the deepest root names a file the way its package does
     return found

@@ -134,6 +134,7 @@ class Places:
         # what a call of a function of the project returns (an argument it hands back, a part of one)
         self.returned_by_call = returned_by_call or (lambda call, func: None)
         self._active: set[int] = set()
+        self._memo: dict[tuple[int, int], str] = {}
 
     def owner(self, node: ast.AST) -> ast.AST | None:
         """The function (def) whose code ``node`` is; None at module level or in a lambda."""
@@ -145,9 +146,19 @@ class Places:
         return scope.node
 
     def of(self, expr: ast.AST | None, func: ast.AST | None, depth: int = 0) -> str:
-        """The place of ``expr`` as the function ``func`` sees it."""
+        """The place of ``expr`` as the function ``func`` sees it (remembered:
+        every question about a name follows its bindings once)."""
         if expr is None or depth > MAX_DEPTH:
             return UNKNOWN
+        key = (id(expr), id(func))
+        found = self._memo.get(key)
+        if found is None:
+            found = self._of(expr, func, depth)
+            if not self._active:  # not inside a cycle of bindings, where the answer is partial
+                self._memo[key] = found
+        return found
+
+    def _of(self, expr: ast.AST, func: ast.AST | None, depth: int) -> str:
         if isinstance(expr, ast.Constant):
             try:
                 return constant(expr.value)

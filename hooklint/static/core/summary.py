@@ -315,7 +315,7 @@ class FileFacts:
     call reaches (from the project index), with its display name, path and
     line, or None."""
 
-    def __init__(self, core: "Core", external: Callable[[ast.Call], tuple[Facts, Edge, str, str, int] | None]):
+    def __init__(self, core: "Core", external: Callable[[ast.Call, bool], tuple[Facts, Edge, str, str, int] | None]):
         self.core = core
         self.model = core.model
         self.places = core.places
@@ -431,9 +431,14 @@ class FileFacts:
             out.ret = "none"
         return out
 
-    def callee(self, call: ast.Call, func: ast.AST | None) -> tuple[Facts, Edge, str, str, int] | None:
-        """The facts of the function a call runs, with the call's edge."""
-        applied = self._applied(call, func)
+    def callee(self, call: ast.Call, func: ast.AST | None, *, with_edge: bool = True,
+               composed: bool = True) -> tuple[Facts, Edge, str, str, int] | None:
+        """The facts of the function a call runs, with the call's edge (None
+        when ``with_edge`` is False: the edge costs more than the facts, and
+        most callees have none).  ``composed``: the callee's facts with its
+        own calls', else only its own (what a place needs: cheap and never
+        recursive)."""
+        applied = self._applied(call, func, with_edge, composed)
         if applied is not None:
             return applied
         local = self.core.local_callee(call)
@@ -441,13 +446,13 @@ class FileFacts:
             node, bound, construct = local
             if node is func and not construct:
                 return None  # recursion: nothing new
-            edge = self.edge(call, func, bound, construct)
-            facts = self.facts(node)
-            return facts, edge, _display(self.core, node), "", node.lineno
-        found = self.external(call)
-        return found
+            facts = self.facts(node) if composed else self.direct(node)
+            edge = self.edge(call, func, bound, construct) if with_edge and not facts.empty() else None
+            return facts, edge, _display(self.core, node), "", node.lineno  # type: ignore[return-value]
+        return self.external(call, with_edge)
 
-    def _applied(self, call: ast.Call, func: ast.AST | None) -> tuple[Facts, Edge, str, str, int] | None:
+    def _applied(self, call: ast.Call, func: ast.AST | None, with_edge: bool = True,
+                 composed: bool = True) -> tuple[Facts, Edge, str, str, int] | None:
         """``model.apply(fn)``: ``fn`` runs on each submodule of ``model``."""
         f = call.func
         if not (isinstance(f, ast.Attribute) and f.attr == "apply" and len(call.args) == 1 and not call.keywords):
@@ -475,10 +480,13 @@ class FileFacts:
                 target, recv, bound = found, P.SELF, 1
         if target is None or target is func:
             return None
+        facts = self.facts(target) if composed else self.direct(target)
+        if not with_edge or facts.empty():
+            return facts, None, _display(self.core, target), "", target.lineno  # type: ignore[return-value]
         module = P.element(self.places.of(f.value, func))
         edge = Edge(recv, extra_args + [module], extra_kwargs, "drop", self.core.guarded(call, func), call.lineno,
                     bound)
-        return self.facts(target), edge, _display(self.core, target), "", target.lineno
+        return facts, edge, _display(self.core, target), "", target.lineno
 
     def edge(self, call: ast.Call, func: ast.AST | None, bound: int, construct: bool = False) -> Edge:
         places = self.places
@@ -530,13 +538,12 @@ class FileFacts:
 
     # ------------------------------------------------------------ export
     def export(self, qualname: Callable[[ast.AST], str | None]) -> dict[str, Any]:
-        """The own facts of the file's functions that have any, by local
-        qualified name, for the project index.  Only functions whose own code
-        can hold a fact are looked at: they register, remove, clear, call
-        what they are given, yield or return a collection, or rebind an
-        attribute."""
+        """The own facts of the file's functions that register hooks or remove
+        handles, by local qualified name, for the project index (what callers
+        in other files need: :func:`hooklint.static.project._for_callers`).
+        What a function runs, returns or yields is followed within its file."""
         candidates: dict[int, ast.AST] = {}
-        for name in ("remove", "clear") + tuple(API_KINDS):
+        for name in ("remove",) + tuple(API_KINDS):
             for call in self.model.method_calls.get(name, ()):
                 owner = self.places.owner(call)
                 if isinstance(owner, FunctionNode):
@@ -545,22 +552,12 @@ class FileFacts:
             owner = self.places.owner(reg.call)
             if isinstance(owner, FunctionNode):
                 candidates[id(owner)] = owner
-        for node in self.model.exits:
-            if isinstance(node, (ast.Yield, ast.YieldFrom)) or isinstance(node, ast.Return) and isinstance(
-                    node.value, (ast.ListComp, ast.GeneratorExp, ast.List, ast.Name, ast.Call)):
-                owner = self.places.owner(node)
-                if isinstance(owner, FunctionNode):
-                    candidates[id(owner)] = owner
-        for func in self.model.functions:
-            if isinstance(func, FunctionNode) and id(func) not in candidates:
-                args = {a.arg for a in func.args.args + func.args.posonlyargs + func.args.kwonlyargs}
-                if any(isinstance(c.func, ast.Name) and c.func.id in args for c in self.calls_in(func)):
-                    candidates[id(func)] = func
-        for info in self.model.classes.values():
-            for assigned in info.attributes.values():
-                for _value, scope, _node in assigned:
-                    if isinstance(scope.node, FunctionNode) and scope.node.name not in ("__init__", "__post_init__"):
-                        candidates[id(scope.node)] = scope.node
+        for inner in self.model.name_calls.get("getattr", ()):
+            # `getattr(m, f"register_{kind}_hook")(fn)`: the API named by an argument
+            outer = getattr(inner, "_hl_parent", None)
+            owner = self.places.owner(inner)
+            if isinstance(outer, ast.Call) and outer.func is inner and isinstance(owner, FunctionNode):
+                candidates[id(owner)] = owner
         out: dict[str, Any] = {}
         for func in sorted(candidates.values(), key=lambda f: (f.lineno, f.col_offset)):
             local = qualname(func)
