@@ -173,7 +173,14 @@ class FunctionGradCount(Rule):
     Reports a `return` in the `backward` of a custom `torch.autograd.Function`
     that returns a different number of gradients than the inputs `forward`
     receives: fewer than the inputs passed to `apply` (or than `forward`'s
-    required inputs), or more, when an extra one is not `None`.
+    required inputs), or more, when an extra one is not `None`.  The
+    `apply` calls are those of every checked file, under any alias or
+    re-export (`from .ops import Scale as S; S.apply(x, 2.0)`).
+
+    Also a `backward` that returns nothing on some path: it falls off its
+    end (a `return` under an `if` only), or a bare `return` can run.  Only
+    `return`s that can run count (the control-flow graph of `backward`
+    cuts code after a `return` or `raise` and branches that never run).
 
     ## Why is this bad?
     Autograd pairs the values `backward` returns with the inputs of `forward`,
@@ -182,6 +189,10 @@ class FunctionGradCount(Rule):
     gradients (expected 2, got 1)`, and only when that backward runs (a model
     can train its other parts and evaluate fine until the first step that
     needs this gradient).
+
+    A path of `backward` that returns nothing returns `None`: autograd takes
+    it as one gradient, so with several inputs it raises the same error
+    when that path runs, and with one input its gradient is silently None.
 
     What torch 2.13 accepts, checked by running it:
 
@@ -195,6 +206,9 @@ class FunctionGradCount(Rule):
     (`forward(x, w)` without `ctx`) counts the same way.
 
     ## Known problems
+    A path that falls off the end is reported even when the inputs it
+    leaves without a gradient never require one (autograd then takes the
+    missing gradient as None without complaint for a single input).
     hooklint counts the values only when it can see them: a tuple literal, or
     an expression that is certainly one tensor.  `return grads` where `grads`
     is built elsewhere is not checked.  Without any `apply` call in the file,

@@ -36,17 +36,26 @@ class HookLeak(Rule):
 
     Where no call in the checked files repeats it, an entry point that its
     users call is reported as a *warning*: a public method (or `__call__`)
-    of a public class that hooks the object's own module (`self.model`), the
-    constructor of a public class that hooks a module it is given, and a
-    public function of a package that hooks its argument and that no
-    checked file calls.  Every further call adds one more hook and nothing
-    can remove them.
+    of a public class that hooks the object's own module (`self.model`) or
+    a module it is passed, the constructor of a public class that hooks a
+    module it is given, and a public function of a package that hooks its
+    argument.  One call in the checked files (a demo, a test) does not make
+    it run once: its users call it again.  Every further call adds one more
+    hook and nothing can remove them.
 
-    In a package's code (not in its tests or `__main__` scripts), hooks
-    registered on a module the caller owns and removed after the caller's
-    code ran (`model(x)`, a `forward_fn` it passed), outside a `finally`,
-    are reported as a *warning* too: when that code raises, the hooks stay
-    on the caller's module and each retry adds more.
+    Registrations through the project's own functions count where the
+    function is called (hooklint.static.core summarizes them, across
+    files): `add_hook(model, fn, dir="bwd")` registers the kind its
+    arguments choose and hands the handle back, so a call that drops that
+    handle leaks; a wrapper that returns None instead of the handle makes
+    the caller's `remove()` fail or do nothing.  A removal that never runs
+    (after a `return`, under `if False:` or a switch bound once to `False`,
+    after a `raise` or `sys.exit()`) removes nothing.  Handles appended on
+    every call to a list that no method removes (or only clears) leak too.
+
+    A removal that runs only when the caller's code does not raise is
+    HKL308; a hook that does not stack but stays on the caller's model
+    after the call that needed it is HKL307.
 
     ## Why is this bad?
     Every registration adds one more hook; the old ones stay.  After N
@@ -65,20 +74,17 @@ class HookLeak(Rule):
     `forward` die with the tensor and are not reported either.  A registration
     guarded by a condition that can make it run once (`if self._handle is
     None:`, `if step == 0:`, `hasattr(...)`), here or at a call site on the
-    way, is not reported.  A handle stored in an attribute or appended to a
-    list counts as removed as soon as the file calls `.remove()` on that
-    attribute or reads the list anywhere: hooklint does not check that this
-    happens between registrations.  Calls in other files are seen when those
-    files are checked in the same run (`hooklint check .`), through imports,
-    re-exports, constructors, methods of instances whose class the file shows
-    (`cam = GradCAM(...)`, a parameter annotated with the class) and
-    `super()`; a call through an object of unknown class is not followed.
-    A handle kept in a public attribute (`self.handles`) of an entry point
-    counts as removable by the object's users.  A removal is paired with
-    its registration through local names, lists and dicts, attributes of
-    `self` and the methods of the class that register or remove them; a
-    pairing through other objects (a helper class's `add_hook`/`reset_hooks`)
-    is not seen.
+    way, is not reported.  A handle stored in an attribute counts as
+    removed as soon as a method of the class removes it (directly or
+    through a helper), and a public attribute or list as removable by the
+    object's users: hooklint does not check that this happens between
+    registrations.  Calls in other files are seen when those files are
+    checked in the same run (`hooklint check .`), through imports,
+    re-exports, constructors, methods of instances whose class the file
+    shows (`cam = GradCAM(...)`, a parameter annotated with the class) and
+    `super()`; a method called on an object of unknown class is followed
+    only when an annotation names its class (`Dict[str, HookPoint]`) or one
+    class of the file defines it with a signature that fits the call.
 
     ## Example
     ```python
