@@ -197,7 +197,7 @@ class HookLeakOnException(Rule):
         cannot name it (``rgetattr(self.model, name)``), it is the caller's
         when it is the same object on every call with the same arguments."""
         if P.is_callers(reg.target):
-            return ctx.core.belongs_to_caller(reg.target, ctx.core.places.owner(reg.site)) if reg.site else True
+            return True  # a parameter, an object the instance keeps (its own hook points too): it outlives the call
         if reg.target != P.UNKNOWN or reg.target_expr is None or reg.site is None:
             return False
         unit = ctx.core.places.owner(reg.site)
@@ -216,8 +216,8 @@ class HookLeakOnException(Rule):
         stacks = not any(guards.guarded(reg.site, func) for reg in regs)
         message = (f"`{src(node)}` removes the {hooks} registered on {first.describe_target()} (line "
                    f"{first.call.lineno}) only when `{src(risky.func)}(...)` at line {risky.lineno} returns: "
-                   f"no `finally` (or handler) removes them when it raises, so the hooks stay on the "
-                   f"caller's module and keep running in its later forward and backward passes"
+                   f"no `finally` (or handler) removes them when it raises, so the hooks stay on that module, "
+                   f"which outlives the call, and keep running in its later forward and backward passes"
                    + (", and every retry adds more" if stacks else
                       " (a retry does not register them again, but they run until one succeeds)"))
         return self.finding(
