@@ -327,6 +327,7 @@ class FileFacts:
         self._regs: dict[int, list["Registration"]] | None = None
         self._exits: dict[int, list[ast.AST]] | None = None
         self._direct_active: set[int] = set()
+        self._exported: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ indexes
     def calls_in(self, func: ast.AST | None) -> list[ast.Call]:
@@ -542,6 +543,8 @@ class FileFacts:
         handles, by local qualified name, for the project index (what callers
         in other files need: :func:`hooklint.static.project._for_callers`).
         What a function runs, returns or yields is followed within its file."""
+        if self._exported is not None:
+            return self._exported
         candidates: dict[int, ast.AST] = {}
         for name in ("remove",) + tuple(API_KINDS):
             for call in self.model.method_calls.get(name, ()):
@@ -571,6 +574,7 @@ class FileFacts:
                 if self._returns_none(func):
                     data["rn"] = True
             out[local] = data
+        self._exported = out
         return out
 
     def _calls_with_facts(self, func: ast.AST) -> bool:
