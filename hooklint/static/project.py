@@ -425,7 +425,10 @@ class ProjectIndex:
                 callee = _for_callers(callee) if callee is not None else None
                 if callee is None:
                     continue  # nothing a caller in another file needs: no site facts asked for
-                site_facts = self.site_facts(summary, site)
+                # the sites of a file that call its own wrappers come with their facts; a chain through another
+                # file's site is followed when that site's facts are known (parsing the file again for it costs
+                # more than the rare wrapper of a wrapper of another file is worth)
+                site_facts = site[5] if self._facts_of is None else self.site_facts(summary, site)
                 if site_facts is None or len(site_facts) < 7 or site_facts[6] is None:
                     continue
                 edge = Edge.from_json(site_facts[6])
