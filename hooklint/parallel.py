@@ -491,10 +491,17 @@ class ProjectPass:
         searched = self._searched
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
-            # an autograd Function applied in a file that names no hook API: search its class name
-            names = (index.names_for(questions) | {qual.rpartition(".")[2] for qual in applied} | wrappers) - searched
-            if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
-                names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
+            # the callers of the functions the questions are about first; then the class names of autograd
+            # Functions applied elsewhere, and the wrappers that register for their callers
+            ordered = [sorted(index.names_for(questions) - searched),
+                       sorted({qual.rpartition(".")[2] for qual in applied} - searched),
+                       sorted(set(wrappers) - searched)]
+            room = max(MAX_SEARCHED_NAMES - len(searched), 0)  # each name costs a pass over the text
+            names = set()
+            for group in ordered:
+                for name in group:
+                    if len(names) < room:
+                        names.add(name)
             progress = self._refine(index)
             if not names or not pending:
                 if progress:

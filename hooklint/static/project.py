@@ -469,12 +469,15 @@ class ProjectIndex:
         for summary in self.summaries():
             for local, data in summary.get("hooks", {}).items():
                 name = local.rpartition(".")[2]
-                if name in _COMMON_NAMES or name.startswith("_") or len(name) < 4:
-                    continue  # a private helper is its own file's business
+                if name in _COMMON_NAMES or name.startswith("_") or len(name) < 4 \
+                        or name.startswith("register_") and name.endswith("_hook"):
+                    continue  # a private helper is its own file's business; an API's name is parsed anyway
                 for reg in data.get("regs", ()):
-                    handle, when, choose = reg[3], reg[7], reg[8]
-                    # it hands the handle back, or its argument chooses the kind: the registration is the caller's
-                    if handle in ("ret", "ret*") or choose or any(w[0].startswith("p:") for w in when):
+                    hook, handle, when, choose = reg[2], reg[3], reg[7], reg[8]
+                    # the caller hands it the hook, and it hands the handle back or the caller's argument chooses the
+                    # kind: the registration is the caller's (a function that hooks its own callbacks is not a wrapper)
+                    if hook and hook.startswith("p:") and (
+                            handle in ("ret", "ret*") or choose or any(w[0].startswith("p:") for w in when)):
                         out.add(name)
                         break
         return set(sorted(out)[:MAX_WRAPPER_NAMES])

@@ -330,8 +330,8 @@ def test_function_applied_with_more_inputs_than_backward_returns(monkeypatch):
     monkeypatch.syspath_prepend(str(folder))
     for name in [m for m in sys.modules if m == "hooklib" or m.startswith(("hooklib.", "tools."))]:
         monkeypatch.delitem(sys.modules, name)
-    explain = importlib.import_module("tools.explain")
-    net = explain.Net()
+    probes = importlib.import_module("tools.probes")
+    net = probes.Net()
     with pytest.raises(RuntimeError, match="expected 2, got 1"):
         net(torch.ones(1, 4, requires_grad=True)).sum().backward()
     hooklib = importlib.import_module("hooklib")
