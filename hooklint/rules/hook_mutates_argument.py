@@ -11,7 +11,6 @@ from hooklint.static.bodies import (
     TENSOR,
     TUPLE,
     Write,
-    can_fall_through,
     inplace_writes,
     is_inplace_method,
     return_statements,
@@ -324,7 +323,7 @@ def _return_instead_fix(ctx: FileContext, func: ast.AST, regs: list[Registration
         start = ctx.span(first)[0]
         edits.append(Edit(f"{grad} = {grad}.clone()\n{_indent(ctx, first)}", start, start))
         how = "Edit a clone of `{g}` and return it"
-    if not returns or can_fall_through(func):
+    if not returns or (not isinstance(func, ast.Lambda) and ctx.core.cfg(func).falls_off_end()):
         last = body[-1]
         row = last.end_lineno or last.lineno
         end = Location(row, len(ctx.line(row)) + 1)

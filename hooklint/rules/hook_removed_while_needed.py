@@ -9,7 +9,7 @@ from hooklint.findings import Finding, Location, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import SELF, is_step_method
 from hooklint.static.context import FileContext
-from hooklint.static.handles import Removal, destination, removals
+from hooklint.static.handles import Removal, destination
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import ClassInfo
 
@@ -43,7 +43,12 @@ class HookRemovedWhileNeeded(Rule):
     `__init__` (or in a method only `__init__` calls), when the removal is in
     a method that runs again: a module's `forward`, `__call__`, or a public
     method that is not a cleanup method (`close`, `remove_hooks`,
-    `__exit__`, an adapter's `unload`...).
+    `__exit__`, an adapter's `unload`...).  The removal may go through a
+    helper (`self._remove_hooks()`, a helper of another object or another
+    checked file): the function summaries of hooklint.static.core pair it
+    with the handles it removes, and the finding is at the helper's call in
+    the method that runs again.  Telling cleanup methods by their name is
+    the last resort, said as such here.
 
     ## Why is this bad?
     A removed hook is gone for good.  The first call of the method runs with
@@ -321,8 +326,6 @@ def _removals(ctx: FileContext, cls: ClassInfo, attr: str) -> list[Removal]:
                 ctx.project.local_callers(ctx.qualname(method) or ""):
             continue  # a helper: reported at the call that runs it
         out.append(Removal(node, method, _conditional(node, method)))
-    if not out:
-        return removals(ctx, cls, attr)
     return out
 
 

@@ -31,8 +31,8 @@ from hooklint.static.core.summary import STORE_METHODS, Edge, Facts, FileFacts
 from hooklint.static.semantic import FunctionNode, SemanticModel
 
 if TYPE_CHECKING:  # pragma: no cover
-    from hooklint.static.callgraph import Guards, Summarizer
-    from hooklint.static.hooks import HookIndex
+    from hooklint.static.callgraph import Summarizer
+    from hooklint.static.hooks import HookIndex, Registration
     from hooklint.static.values import Inference
 
 __all__ = ["CFG", "Core", "Edge", "Facts"]
@@ -304,8 +304,6 @@ class Core:
         fate of the handle as the caller sees it."""
         if self._wrapped is not None:
             return self._wrapped
-        from hooklint.static.hooks import HookKind, Registration
-
         out: list[Registration] = []
         owners: dict[int, ast.AST | None] = {}
         for call in self.relevant_calls():

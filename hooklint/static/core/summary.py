@@ -805,8 +805,8 @@ class FileFacts:
                 out += self._tests(cur.test, positive, func)
             if isinstance(child, ast.stmt):
                 # `if backward: return ...` before it: it runs only when the test is false
-                for field in ("body", "orelse", "finalbody"):
-                    block = getattr(cur, field, None)
+                for name in ("body", "orelse", "finalbody"):
+                    block = getattr(cur, name, None)
                     if isinstance(block, list) and child in block:
                         for earlier in block[:block.index(child)]:
                             if isinstance(earlier, ast.If) and not earlier.orelse and earlier.body \
