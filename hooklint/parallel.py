@@ -478,6 +478,7 @@ class ProjectPass:
                 continue
             for outcome in _run(part, options, self.graph_facts, _run_tasks, _crashed_check):
                 if outcome.result is not None:
+                    _keep_site_facts(self.results[outcome.index].summary, outcome.result.summary)
                     self.results[outcome.index] = outcome.result
                     if outcome.record is not None:
                         self.records[outcome.index] = outcome.record
@@ -565,6 +566,21 @@ class ProjectPass:
                 self.records[outcome.index] = outcome.record
         index.changed()
         return True
+
+
+def _keep_site_facts(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """The facts of call sites worked out for a file's previous summary (by
+    the search for callers, or refined) carry over to the summary its new
+    check made: the cache then holds them, and a warm run need not parse the
+    file again for them."""
+    if not old or not new or old.get("path") != new.get("path"):
+        return
+    known = {(site[3], site[4], site[6]): site[5] for site in old.get("sites", ()) if site[5] is not None}
+    if not known:
+        return
+    for site in new.get("sites", ()):
+        if site[5] is None:
+            site[5] = known.get((site[3], site[4], site[6]))
 
 
 def _answer(index: ProjectIndex, key: str) -> Any:
