@@ -370,6 +370,18 @@ def test_diff_is_per_cell_and_changes_nothing(tmp_path):
     assert path.read_text() == before
 
 
+def test_a_diff_of_a_cells_last_line_has_no_end_of_file_marker(tmp_path):
+    """nbformat stores a cell's last line without a line break: in a cell's
+    diff that is the norm, not news ("No newline at end of file")."""
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook_json([code_cell("import torch.nn as nn\nnet = nn.Linear(4, 2)\n"
+                                             "net.register_backward_hook(lambda m, gi, go: None)")]))
+    assert not json.loads(path.read_text())["cells"][0]["source"][-1].endswith("\n")
+    r = run_cli("check", "--static-only", "--diff", "--unsafe-fixes", "nb.ipynb", cwd=tmp_path)
+    assert r.returncode == 1 and "+net.register_forward_hook(output_grad_hook(" in r.stdout, r.stdout + r.stderr
+    assert "No newline" not in r.stdout, r.stdout
+
+
 def test_a_fix_that_moves_lines_around_a_magic_restores_it(tmp_path):
     """HKL301's fix moves `handle.remove()` after the backward, across a masked
     `%time` line: the magic comes back as it was."""

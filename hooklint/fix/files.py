@@ -165,6 +165,10 @@ class NotebookFile:
             a = old.get(cell.number, cell.source)
             b = new.get(cell.number, cell.source)
             if a != b:
+                if not a.endswith(("\n", "\r")) and not b.endswith(("\n", "\r")):
+                    # a cell's last line has no line break in nbformat, and a cell is not a file:
+                    # no "No newline at end of file" marker for what is the norm
+                    a, b = a + "\n", b + "\n"
                 out.append(unified_diff(f"{display}:cell {cell.number}", a, b))
         return "".join(out)
 

@@ -705,9 +705,13 @@ def _for_callers(facts: Any) -> Any:
     def callers(place: str | None) -> bool:
         return bool(place) and (place.startswith(("p:", "e:p:", "s", "e:s")))  # type: ignore[union-attr]
 
+    # what changes a finding at the call: a handle handed back (or None instead), a handle kept on the
+    # caller's object (paired with its removal there), a hook the caller passes (its body is checked
+    # there), a kind the caller's argument picks; a hook the function keeps to itself is judged where it is
     regs = [r for r in facts.regs
-            if r.handle in ("ret", "ret*") or r.choose or callers(r.hook) or callers(r.target)
-            or any(w[0].startswith("p:") for w in r.when)]
+            if r.handle in ("ret", "ret*") or r.handle.startswith("at:s") or r.choose or callers(r.hook)
+            or any(w[0].startswith("p:") for w in r.when) or (r.handle == "drop" and facts.ret == "none"
+                                                              and callers(r.target))]
     removes = [r for r in facts.removes if callers(r.place)]
     if not regs and not removes:
         return None
