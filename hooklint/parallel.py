@@ -462,6 +462,9 @@ class ProjectPass:
                     continue
                 answers = {key: _answer(index, key) for key in result.asked}
                 if answers != result.asked:
+                    if any(key.startswith(EXTERNAL_KEY) and any(facts[0].get("regs") for facts in answer.values())
+                           for key, answer in answers.items() if answer):
+                        self.unfiltered.add(i)  # it calls another file's wrapper: checked whatever its text
                     recheck.append((i, self.files[i], None, self.cache is not None, answers, True))
             if not self._refine(index):
                 break
