@@ -233,13 +233,20 @@ class Core:
         the cost linear in the file."""
         if self._relevant is not None:
             return self._relevant
-        from hooklint.static.callgraph import local_qualname
 
         facts_of = self.facts_of
         names: set[str] = set()
-        # functions that register hooks themselves; their callers are found by name below
-        exported = self.facts_of.export(local_qualname)
-        names |= {local.rpartition(".")[2] for local, data in exported.items() if data.get("regs")}
+        # functions that register hooks themselves (by their registering calls: no summary needed to name
+        # them); their callers are found by name below
+        for reg in self.hooks.registrations:
+            owner = self.places.owner(reg.call)
+            if isinstance(owner, FunctionNode):
+                names.add(owner.name)
+        for inner in self.model.name_calls.get("getattr", ()):
+            outer = getattr(inner, "_hl_parent", None)
+            owner = self.places.owner(inner)
+            if isinstance(outer, ast.Call) and outer.func is inner and isinstance(owner, FunctionNode):
+                names.add(owner.name)
         if self._external_lookup is not None and self.summarizer is not None:
             answers = self._external_names()
             names |= {name.rpartition(".")[2] for name in answers}
