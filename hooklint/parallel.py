@@ -27,7 +27,16 @@ from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
-from hooklint.static.project import HOOKS_QUERY, ProjectIndex, parse_key, site_facts_of_source, summarize_source
+from hooklint.static.core.imports import names_from_roots, project_roots
+from hooklint.static.project import (
+    APPLY_KEY,
+    EXTERNAL_KEY,
+    HOOKS_QUERY,
+    ProjectIndex,
+    parse_key,
+    site_facts_of_source,
+    summarize_source,
+)
 from hooklint.static.source import SourceError, read_regular_file
 
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
@@ -420,24 +429,32 @@ class ProjectPass:
         self.context_files = 0  # files of the project outside the run, searched for callers
         # context files the cache could not vouch for (changed or new): searched whatever it says
         self.unverified: set[int] = set()
+        self.roots: list[str] = []
+        # files the prefilter ruled out that call another file's wrapper: checked without it
+        self.unfiltered: set[int] = set()
+        self._searched: set[str] = set()  # names the files' text was searched for
 
     def figures(self) -> dict[str, int]:
         return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
                 "rechecked": self.rechecked, "context": self.context_files}
 
     def run(self) -> None:
-        index = ProjectIndex(r.summary for r in self.results if r.summary is not None)
-        asked = [key for r in self.results if r.asked for key in r.asked]
-        if not asked:
+        index = ProjectIndex()
+        self.roots = roots = project_roots(str(self.options.config.root), self.options.paths,
+                                           self.options.config.pythonpath)
+        for i, result in enumerate(self.results):
+            if result.summary is not None:
+                index.add(result.summary, names_from_roots(self.files[i], roots))
+        keys = {key for r in self.results if r.asked for key in r.asked}
+        wrappers = index.wrapper_names()
+        if not keys and not wrappers:
             return
-        questions = {parse_key(key) for key in asked if not key.startswith(HOOKS_QUERY)}
-        # questions about the hooks a function of another file registers are answered from that file's
-        # summary; the files that re-export it (a package's `__init__.py`) are found by its name
-        hooks_names = {key[len(HOOKS_QUERY):].rpartition(".")[2] for key in asked if key.startswith(HOOKS_QUERY)}
         checked = len(self.files)
         self._add_context(index)
+        index.settle_aliases()
+        wrappers = index.wrapper_names()  # the project's other files can define them too
         try:
-            self._answer(index, questions, {n for n in hooks_names if n.isidentifier()})
+            self._answer(index, keys, wrappers, checked)
         finally:
             # the project's other files lent their call sites; they have no result of this run
             if self.cache is not None:
@@ -449,6 +466,7 @@ class ProjectPass:
             for i in [i for i in self.records if i >= checked]:
                 del self.records[i]
             self.scan_valid = {i for i in self.scan_valid if i < checked}
+            self.unfiltered = {i for i in self.unfiltered if i < checked}
 
     def _add_context(self, index: ProjectIndex) -> None:
         """The project's files that the run does not name, as callers only:
@@ -468,13 +486,36 @@ class ProjectPass:
             else:
                 lent.parsed, lent.summary = parsed, summary
                 if summary is not None:
-                    index.add(summary)
+                    index.add(summary, names_from_roots(path, self.roots))
             self.results.append(lent)
             self.context_files += 1
 
-    def _answer(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]], names_too: set[str]) -> None:
-        if questions or names_too:
-            self._find_callers(index, questions, names_too)
+    def _search_for(self, index: ProjectIndex, keys: set[str], wrappers: set[str]) -> None:
+        """Find the callers the questions in ``keys`` need."""
+        questions = {parse_key(key) for key in keys if not key.startswith((EXTERNAL_KEY, APPLY_KEY, HOOKS_QUERY))}
+        applied = {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)}
+        # questions about the hooks a function of another file registers are answered from that file's
+        # summary; the files that re-export it (a package's `__init__.py`) are found by its name
+        hooks_names = {key[len(HOOKS_QUERY):].rpartition(".")[2] for key in keys if key.startswith(HOOKS_QUERY)}
+        self._find_callers(index, questions, applied, wrappers, {n for n in hooks_names if n.isidentifier()})
+
+    def _answer(self, index: ProjectIndex, keys: set[str], wrappers: set[str], checked: int) -> None:
+        self._search_for(index, keys, wrappers)
+        # Files the prefilter ruled out that call a wrapper of another file (a helper that registers hooks for
+        # its caller): the registrations are theirs, so they are checked, whatever their text.
+        users: list[CheckTask] = []
+        for i, result in enumerate(self.results[:checked]):
+            if result.parsed or result.summary is None:
+                continue
+            key = EXTERNAL_KEY + result.summary["path"]
+            answer = index.external_facts(result.summary["path"])
+            if any(facts[0].get("regs") for facts in answer.values()):
+                self.unfiltered.add(i)
+                users.append((i, self.files[i], None, self.cache is not None, {key: answer}, True))
+        self._check(users)
+        if users:  # their questions name more callers to find
+            self._search_for(index, {key for r in self.results if r.asked for key in r.asked}, wrappers)
+        self._remember_searched()
         recheck: list[CheckTask] = []
         for _attempt in range(MAX_SCAN_ROUNDS):
             recheck = []
@@ -483,28 +524,52 @@ class ProjectPass:
                     continue
                 answers = {key: _answer(index, key) for key in result.asked}
                 if answers != result.asked:
+                    if any(key.startswith(EXTERNAL_KEY) and any(facts[0].get("regs") for facts in answer.values())
+                           for key, answer in answers.items() if answer):
+                        self.unfiltered.add(i)  # it calls another file's wrapper: checked whatever its text
                     recheck.append((i, self.files[i], None, self.cache is not None, answers, True))
             if not self._refine(index):
                 break
         self.rechecked = len(recheck)
-        for outcome in _run(recheck, self.options, self.graph_facts, _run_tasks, _crashed_check):
-            if outcome.result is not None:
-                self.results[outcome.index] = outcome.result
-                if outcome.record is not None:
-                    self.records[outcome.index] = outcome.record
-                else:
-                    self.records.pop(outcome.index, None)
+        self._check(recheck)
+
+    def _check(self, tasks: list[CheckTask]) -> None:
+        """Check files again (with answers about the project); those in
+        ``unfiltered`` without the text prefilter."""
+        plain = [t for t in tasks if t[0] not in self.unfiltered]
+        whole = [t for t in tasks if t[0] in self.unfiltered]
+        for options, part in ((self.options, plain), (dataclasses.replace(self.options, prefilter=False), whole)):
+            if not part:
+                continue
+            for outcome in _run(part, options, self.graph_facts, _run_tasks, _crashed_check):
+                if outcome.result is not None:
+                    _keep_site_facts(self.results[outcome.index].summary, outcome.result.summary)
+                    self.results[outcome.index] = outcome.result
+                    if outcome.record is not None:
+                        self.records[outcome.index] = outcome.record
+                    else:
+                        self.records.pop(outcome.index, None)
 
     def _find_callers(self, index: ProjectIndex, questions: set[tuple[str, frozenset[str]]],
+                      applied: set[str] = frozenset(), wrappers: set[str] = frozenset(),  # type: ignore[assignment]
                       names_too: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         pending = [i for i, r in enumerate(self.results) if r.summary is None and not r.parsed and not r.findings
                    and not r.notices]
-        searched: set[str] = set()
+        searched = self._searched
         known_names = set(self.cache.scan_names) if self.cache is not None else set()
         for _round in range(MAX_SCAN_ROUNDS):
-            names = (index.names_for(questions) | names_too) - searched
-            if len(searched) + len(names) > MAX_SEARCHED_NAMES:  # each name costs a pass over the text
-                names = set(sorted(names)[:max(MAX_SEARCHED_NAMES - len(searched), 0)])
+            # the callers of the functions the questions are about first (and the files that re-export a
+            # function whose hooks are asked about); then the class names of autograd Functions applied
+            # elsewhere, and the wrappers that register for their callers
+            ordered = [sorted((index.names_for(questions) | names_too) - searched),
+                       sorted({qual.rpartition(".")[2] for qual in applied} - searched),
+                       sorted(set(wrappers) - searched)]
+            room = max(MAX_SEARCHED_NAMES - len(searched), 0)  # each name costs a pass over the text
+            names = set()
+            for group in ordered:
+                for name in group:
+                    if len(names) < room:
+                        names.add(name)
             progress = self._refine(index)
             if not names or not pending:
                 if progress:
@@ -527,7 +592,8 @@ class ProjectPass:
                 result = self.results[outcome.index]
                 if outcome.summary is not None:
                     result.summary = outcome.summary
-                    index.add(outcome.summary)
+                    index.add(outcome.summary, names_from_roots(self.files[outcome.index], self.roots))
+                    index.settle_aliases()
                     found.append(outcome.index)
                 else:
                     self.scan_valid.add(outcome.index)
@@ -537,8 +603,11 @@ class ProjectPass:
             hits = set(found)
             pending = [i for i in pending if i not in hits]
             self.scan_valid -= hits
-        if self.cache is not None and searched and not searched <= known_names:
-            self.cache.scan_names = sorted(searched)
+
+    def _remember_searched(self) -> None:
+        known_names = set(self.cache.scan_names) if self.cache is not None else set()
+        if self.cache is not None and self._searched and not self._searched <= known_names:
+            self.cache.scan_names = sorted(self._searched)
 
     def _refine(self, index: ProjectIndex) -> bool:
         """Compute the facts of the call sites the index found missing; False when none were."""
@@ -560,7 +629,7 @@ class ProjectPass:
                 key = (site[3], site[4], site[6])
                 if key in positions:
                     # a file that changed meanwhile: its site counts as guarded (no reason)
-                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}]
+                    site[5] = outcome.facts.get(key) or [None, None, False, True, None, {}, None]
             if outcome.record is not None and self.results[outcome.index].summary is summary:
                 self.records[outcome.index] = outcome.record
         index.changed()
@@ -588,9 +657,28 @@ def project_files(root: Path, options: CheckOptions, checked: list[str]) -> list
     return [path for path in walker.files([top]) if os.path.abspath(path) not in checked_abs]
 
 
-def _answer(index: ProjectIndex, key: str) -> list[Any] | None:
+def _keep_site_facts(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+    """The facts of call sites worked out for a file's previous summary (by
+    the search for callers, or refined) carry over to the summary its new
+    check made: the cache then holds them, and a warm run need not parse the
+    file again for them."""
+    if not old or not new or old.get("path") != new.get("path"):
+        return
+    known = {(site[3], site[4], site[6]): site[5] for site in old.get("sites", ()) if site[5] is not None}
+    if not known:
+        return
+    for site in new.get("sites", ()):
+        if site[5] is None:
+            site[5] = known.get((site[3], site[4], site[6]))
+
+
+def _answer(index: ProjectIndex, key: str) -> Any:
     if key.startswith(HOOKS_QUERY):
         return index.hooks_of(key[len(HOOKS_QUERY):])
+    if key.startswith(EXTERNAL_KEY):
+        return index.external_facts(key[len(EXTERNAL_KEY):])
+    if key.startswith(APPLY_KEY):
+        return index.apply_sites(key[len(APPLY_KEY):])
     qual, needed = parse_key(key)
     found = index.first_reason(qual, needed)
     return None if found is None else found.to_list()

@@ -14,7 +14,8 @@ import sys
 import warnings
 from typing import Any
 
-from hooklint.cli import SUBCOMMANDS, check as check_cli
+from hooklint.cli import SUBCOMMANDS
+from hooklint.cli import check as check_cli
 from hooklint.cli.options import add_fail_on_option, add_file_options, add_selection_options, write_output
 from hooklint.engine import CheckOptions, display_path, run_check
 from hooklint.findings import Finding, Report

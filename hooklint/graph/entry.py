@@ -36,13 +36,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from hooklint.graph.sanitize import (
-    EFFECT_METHODS,
-    UNSAFE_BUILTINS,
-    _is_effect,
-    import_aliases,
-    qualified_name,
-)
+from hooklint.graph.sanitize import EFFECT_METHODS, UNSAFE_BUILTINS, _is_effect, import_aliases, qualified_name
 
 MAX_ENTRIES = 6  # constructions per file
 MAX_VARIANTS = 5  # other values of an architecture option, per construction

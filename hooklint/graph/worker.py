@@ -126,8 +126,7 @@ class Worker:
         return models
 
     def file(self, path: str, root: str, pythonpath: list[str]) -> dict[str, Any]:
-        from hooklint.graph.build import (build_instances, describer, exec_definitions, file_session,
-                                          user_error)
+        from hooklint.graph.build import build_instances, describer, exec_definitions, file_session, user_error
 
         result: dict[str, Any] = {"path": path, "models": [], "unanalysed": []}
         self.stage("reading the file")

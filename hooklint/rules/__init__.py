@@ -23,6 +23,8 @@ _RULE_MODULES = (
     "hooklint.rules.module_hook_registered_after_forward",
     "hooklint.rules.forward_bypasses_hooks",
     "hooklint.rules.hook_leak",
+    "hooklint.rules.hook_leak_on_exception",
+    "hooklint.rules.hook_left_on_caller_model",
     "hooklint.rules.shared_hook_handles",
     "hooklint.rules.hook_removed_while_needed",
     "hooklint.rules.hook_mutates_argument",

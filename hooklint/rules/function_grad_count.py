@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterable
 
-from hooklint.findings import Finding, Origin, Related, Severity
+from hooklint.findings import Finding, Location, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.autograd_function import (
     FUNCTION_TRIGGER_PATTERN,
@@ -177,7 +177,14 @@ class FunctionGradCount(Rule):
     Reports a `return` in the `backward` of a custom `torch.autograd.Function`
     that returns a different number of gradients than the inputs `forward`
     receives: fewer than the inputs passed to `apply` (or than `forward`'s
-    required inputs), or more, when an extra one is not `None`.
+    required inputs), or more, when an extra one is not `None`.  The
+    `apply` calls are those of every checked file, under any alias or
+    re-export (`from .ops import Scale as S; S.apply(x, 2.0)`).
+
+    Also a `backward` that returns nothing on some path: it falls off its
+    end (a `return` under an `if` only), or a bare `return` can run.  Only
+    `return`s that can run count (the control-flow graph of `backward`
+    cuts code after a `return` or `raise` and branches that never run).
 
     ## Why is this bad?
     Autograd pairs the values `backward` returns with the inputs of `forward`,
@@ -186,6 +193,10 @@ class FunctionGradCount(Rule):
     gradients (expected 2, got 1)`, and only when that backward runs (a model
     can train its other parts and evaluate fine until the first step that
     needs this gradient).
+
+    A path of `backward` that returns nothing returns `None`: autograd takes
+    it as one gradient, so with several inputs it raises the same error
+    when that path runs, and with one input its gradient is silently None.
 
     What torch 2.13 accepts, checked by running it:
 
@@ -210,6 +221,9 @@ class FunctionGradCount(Rule):
     structure it compares (torchrec 1.7's `reduce_scatter_tensor` backward).
 
     ## Known problems
+    A path that falls off the end is reported even when the inputs it
+    leaves without a gradient never require one (autograd then takes the
+    missing gradient as None without complaint for a single input).
     hooklint counts the values only when it can see them: a tuple literal, or
     an expression that is certainly one tensor.  `return grads` where `grads`
     is built elsewhere is not checked.  Without any `apply` call in the file,
@@ -394,8 +408,23 @@ class FunctionGradCount(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         for fn in autograd_functions(ctx):
             values = _Values(ctx, fn)
-            sites = [(c, n) for c in fn.apply_calls if (n := _argument_count(c)) is not None]
-            for ret in return_statements(fn.backward):
+            sites: list[tuple[Related, int]] = [
+                (Related("the apply call", ctx.display_path, ctx.span(c)[0]), n)
+                for c in fn.apply_calls if (n := _argument_count(c)) is not None]
+            qual = ctx.qualname(fn.info.node)
+            if qual is not None and fn.required < len(fn.inputs):
+                # only a defaulted input makes the count depend on the call: ask the other files then
+                # `Fn.apply(...)` in the other checked files, under any alias or re-export
+                sites += [(Related("the apply call", path, Location(line, 1)), n)
+                          for path, line, n in ctx.project.apply_sites(qual)
+                          if path != ctx.display_path and n is not None]
+            cfg = ctx.core.cfg(fn.backward)
+            finding = self._returns_nothing(ctx, fn, cfg, values)
+            if finding is not None:
+                yield finding
+            for ret in cfg.reachable_returns():
+                if ret.value is None:
+                    continue  # a bare `return`: reported above, with the paths that fall off the end
                 got = values.count(ret.value)
                 if got is None:
                     continue
@@ -438,21 +467,56 @@ class FunctionGradCount(Rule):
             related=[Related("registered here", ctx.display_path, ctx.span(op.registration)[0])],
         )
 
+    def _returns_nothing(self, ctx: FileContext, fn: AutogradFunction, cfg, values: _Values) -> Finding | None:
+        """``backward`` ends without returning a gradient on some path: off its
+        end, or at a bare ``return``.  Autograd takes that as one None."""
+        bare = [r for r in cfg.reachable_returns() if r.value is None]
+        if not cfg.falls_off_end() and not bare:
+            return None
+        valued = [r for r in cfg.reachable_returns() if r.value is not None]
+        n = len(fn.inputs)
+        if bare:
+            where = f"returns nothing at line {bare[0].lineno}"
+            at: ast.AST = bare[0]
+        elif valued:
+            where = "falls off its end on some paths (it returns only " + \
+                ("at line " + ", ".join(str(r.lineno) for r in valued[:3])) + ")"
+            at = fn.backward
+        else:
+            where = "never returns a gradient: it always falls off its end"
+            at = fn.backward
+        path = "when that path runs" if valued or bare else "whenever it runs"
+        if n >= 2:
+            effect = (f"`forward` takes {n} inputs, so {path} torch raises `RuntimeError: function "
+                      f"{fn.name}Backward returned an incorrect number of gradients (expected {n}, got 1)`")
+        else:
+            effect = (f"`forward` takes one input, so {path} its gradient is silently None: nothing upstream of "
+                      f"`{fn.name}.apply` receives a gradient and no error is raised")
+        message = f"`{fn.name}.backward` {where}: autograd takes that as a single None gradient; {effect}"
+        return self.finding(
+            ctx, at, message,
+            help="Return one gradient per `forward` input on every path (`None` for the inputs that need none).",
+            name_only=False,
+        ) if isinstance(at, ast.Return) else self.make(
+            path=ctx.display_path, location=ctx.span(at)[0], end_location=ctx.span(at)[0], message=message,
+            help="Return one gradient per `forward` input on every path (`None` for the inputs that need none).")
+
     def _problem(self, ctx: FileContext, fn: AutogradFunction, values: _Values, ret: ast.Return, got: int,
-                 sites: list[tuple[ast.Call, int]]) -> tuple[str, list[Related]] | None:
+                 sites: list[tuple[Related, int]]) -> tuple[str, list[Related]] | None:
         elts = ret.value.elts if isinstance(ret.value, (ast.Tuple, ast.List)) else None
         head = f"`{fn.name}.backward` returns {got} gradient{'s' if got != 1 else ''}"
         raises = "torch raises `RuntimeError: function {name}Backward returned an incorrect number of gradients " \
                  "(expected {want}, got {got})` when this backward runs"
         if sites:
-            for call, want in sites:
+            for related, want in sites:
                 too_many = got > want and elts is not None and any(values.not_none(e) for e in elts[want:])
                 if got < want or too_many:
-                    where = f"`{fn.name}.apply` is called with {want} input{'s' if want != 1 else ''} at line " \
-                            f"{call.lineno}"
+                    place = f"line {related.location.row}" if related.path == ctx.display_path else \
+                        f"{related.path}:{related.location.row}"
+                    where = f"`{fn.name}.apply` is called with {want} input{'s' if want != 1 else ''} at {place}"
                     extra = " and the extra ones are not None" if too_many else ""
                     return (f"{head}, but {where}{extra}: " + raises.format(name=fn.name, want=want, got=got),
-                            [Related("the apply call", ctx.display_path, ctx.span(call)[0])])
+                            [related])
             return None
         inputs = ", ".join(f"`{p}`" for p in fn.inputs)
         if got < fn.required:

@@ -13,7 +13,6 @@ from hooklint.static.autograd_function import (
     AutogradFunction,
     autograd_functions,
 )
-from hooklint.static.bodies import return_statements
 from hooklint.static.context import FileContext
 from hooklint.static.flow import executed_nodes
 from hooklint.static.semantic import FunctionNode
@@ -265,14 +264,14 @@ class FunctionGradOrder(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         for fn in autograd_functions(ctx):
-            positions = self._returned_positions(fn)
+            positions = self._returned_positions(ctx, fn)
             yield from self._check_guards(ctx, fn, positions)
             yield from self._check_slots(ctx, fn)
 
     @staticmethod
-    def _returned_positions(fn: AutogradFunction) -> dict[str, set[int]]:
+    def _returned_positions(ctx: FileContext, fn: AutogradFunction) -> dict[str, set[int]]:
         out: dict[str, set[int]] = {}
-        for ret in return_statements(fn.backward):
+        for ret in ctx.core.cfg(fn.backward).reachable_returns():
             if isinstance(ret.value, (ast.Tuple, ast.List)):
                 for i, elt in enumerate(ret.value.elts):
                     if isinstance(elt, ast.Name):
@@ -364,7 +363,7 @@ class FunctionGradOrder(Rule):
         return None
 
     def _check_slots(self, ctx: FileContext, fn: AutogradFunction) -> Iterable[Finding]:
-        for ret in return_statements(fn.backward):
+        for ret in ctx.core.cfg(fn.backward).reachable_returns():  # a `return` that never runs returns nothing
             if not isinstance(ret.value, (ast.Tuple, ast.List)):
                 continue
             wrong = []

@@ -10,7 +10,7 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_after
 from hooklint.static.context import FileContext
 from hooklint.static.flow import constant_range_length, contains, enclosing_loops, executed_nodes, function_of
-from hooklint.static.handles import RemovalFlow, apply_overwrite, destination, lost_wrappers, overwritten_each_run
+from hooklint.static.handles import apply_overwrite, destination, lost_wrappers, overwritten_each_run
 from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, single_name_target
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
@@ -36,17 +36,26 @@ class HookLeak(Rule):
 
     Where no call in the checked files repeats it, an entry point that its
     users call is reported as a *warning*: a public method (or `__call__`)
-    of a public class that hooks the object's own module (`self.model`), the
-    constructor of a public class that hooks a module it is given, and a
-    public function of a package that hooks its argument and that no
-    checked file calls.  Every further call adds one more hook and nothing
-    can remove them.
+    of a public class that hooks the object's own module (`self.model`) or
+    a module it is passed, the constructor of a public class that hooks a
+    module it is given, and a public function of a package that hooks its
+    argument.  One call in the checked files (a demo, a test) does not make
+    it run once: its users call it again.  Every further call adds one more
+    hook and nothing can remove them.
 
-    In a package's code (not in its tests or `__main__` scripts), hooks
-    registered on a module the caller owns and removed after the caller's
-    code ran (`model(x)`, a `forward_fn` it passed), outside a `finally`,
-    are reported as a *warning* too: when that code raises, the hooks stay
-    on the caller's module and each retry adds more.
+    Registrations through the project's own functions count where the
+    function is called (hooklint.static.core summarizes them, across
+    files): `add_hook(model, fn, dir="bwd")` registers the kind its
+    arguments choose and hands the handle back, so a call that drops that
+    handle leaks; a wrapper that returns None instead of the handle makes
+    the caller's `remove()` fail or do nothing.  A removal that never runs
+    (after a `return`, under `if False:` or a switch bound once to `False`,
+    after a `raise` or `sys.exit()`) removes nothing.  Handles appended on
+    every call to a list that no method removes (or only clears) leak too.
+
+    A removal that runs only when the caller's code does not raise is
+    HKL308; a hook that does not stack but stays on the caller's model
+    after the call that needed it is HKL307.
 
     ## Why is this bad?
     Every registration adds one more hook; the old ones stay.  After N
@@ -65,20 +74,17 @@ class HookLeak(Rule):
     `forward` die with the tensor and are not reported either.  A registration
     guarded by a condition that can make it run once (`if self._handle is
     None:`, `if step == 0:`, `hasattr(...)`), here or at a call site on the
-    way, is not reported.  A handle stored in an attribute or appended to a
-    list counts as removed as soon as the file calls `.remove()` on that
-    attribute or reads the list anywhere: hooklint does not check that this
-    happens between registrations.  Calls in other files are seen when those
-    files are checked in the same run (`hooklint check .`), through imports,
-    re-exports, constructors, methods of instances whose class the file shows
-    (`cam = GradCAM(...)`, a parameter annotated with the class) and
-    `super()`; a call through an object of unknown class is not followed.
-    A handle kept in a public attribute (`self.handles`) of an entry point
-    counts as removable by the object's users.  A removal is paired with
-    its registration through local names, lists and dicts, attributes of
-    `self` and the methods of the class that register or remove them; a
-    pairing through other objects (a helper class's `add_hook`/`reset_hooks`)
-    is not seen.
+    way, is not reported.  A handle stored in an attribute counts as
+    removed as soon as a method of the class removes it (directly or
+    through a helper), and a public attribute or list as removable by the
+    object's users: hooklint does not check that this happens between
+    registrations.  Calls in other files are seen when those files are
+    checked in the same run (`hooklint check .`), through imports,
+    re-exports, constructors, methods of instances whose class the file
+    shows (`cam = GradCAM(...)`, a parameter annotated with the class) and
+    `super()`; a method called on an object of unknown class is followed
+    only when an annotation names its class (`Dict[str, HookPoint]`) or one
+    class of the file defines it with a signature that fits the call.
 
     ## Example
     ```python
@@ -302,8 +308,11 @@ class HookLeak(Rule):
                 finding = analysis.inside_hook(self, reg)
             if finding is not None:
                 yield finding
+        for reg in ctx.core.wrapped():
+            finding = analysis.check_wrapped(self, reg)
+            if finding is not None:
+                yield finding
         yield from analysis.lost_wrappers(self)
-        yield from analysis.unprotected_removals(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -367,6 +376,72 @@ class _LeakAnalysis:
         if not proven or id(reg.call) in self.conditional_fates:  # a hook that removes itself leaks only unrun
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
+
+    def check_wrapped(self, rule: Rule, reg: Registration) -> Finding | None:
+        """A registration through a wrapper (a function of the project that
+        registers for its caller), at the call of the wrapper: it leaks when
+        the call runs again with the same target and the caller loses the
+        handle the wrapper hands back (or the wrapper hands back None)."""
+        summary = reg.summary
+        fate = self._wrapped_fate(reg)
+        if fate is None:
+            return None
+        for loop in enclosing_loops(reg.call):
+            if self._needed_wrapped(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
+                    or leaves_loop_after(reg.call, loop):
+                continue
+            return self._finding(rule, reg, f"on every iteration of the loop at line {loop.lineno}",
+                                 constant_range_length(loop.iter) if isinstance(loop, (ast.For, ast.AsyncFor))
+                                 else None, fate)
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or summary.guarded:  # type: ignore[union-attr]
+            return None
+        needed = self._needed_wrapped(reg, func)
+        if needed is None:
+            return None
+        repeat = self._repeat(func, needed)
+        if repeat is None:
+            return None
+        text, proven, related = repeat
+        cls = self.ctx.model.enclosing_class(func)
+        name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+        finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
+        return finding if proven else finding.with_changes(severity=Severity.WARNING)
+
+    def _wrapped_fate(self, reg: Registration) -> str | None:
+        summary = reg.summary
+        handle: str = summary.handle  # type: ignore[union-attr]
+        chain = reg.wrapper_chain
+        wrapper = f"`{chain[0][0]}`" if chain else "the wrapper"
+        if handle.startswith("nil:"):
+            return (f"{wrapper} returns None, not the handle: the caller's `remove()` of what it returned gets "
+                    f"None (an AttributeError, or, behind a None check, nothing is removed)")
+        if not summary.passed:  # type: ignore[union-attr]
+            return None  # lost (or removed) inside the wrapper: reported there
+        if handle == "drop":
+            return f"the handle {wrapper} returns is discarded"
+        if handle.startswith("dead:"):
+            line = int(handle.partition(":")[2])
+            removal = next((c for c in self.ctx.model.calls_of_method("remove") if c.lineno == line), None)
+            reason = self.ctx.core.unreachable_reason(removal) if removal is not None else None
+            return f"the only removal of the handle {wrapper} returns, at line {line}, never runs" + \
+                (f" ({reason})" if reason else "")
+        return None
+
+    def _needed_wrapped(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
+        """As :meth:`_needed`, for a registration at a wrapper's call: a hook
+        made inside the wrapper is the same hook every time."""
+        hook = EMPTY if reg.hook_expr is None else self.dependence.behaviour(reg.hook_expr, unit)
+        if hook is None or reg.receiver is None:
+            return None
+        target = self.dependence.of(reg.receiver, unit)
+        if target is None:
+            return None
+        if reg.kind.is_tensor:
+            value = self.ctx.inference.infer(reg.receiver)
+            if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)):
+                return None
+        return target | hook
 
     def apply_overwrite(self, rule: Rule, reg: Registration) -> Finding | None:
         """A handle kept under the module that ``model.apply(fn)`` visits, with
@@ -484,49 +559,6 @@ class _LeakAnalysis:
                              ctx.span(first.call)[0])],
         ).with_changes(severity=Severity.WARNING)
 
-    def unprotected_removals(self, rule: Rule) -> Iterable[Finding]:
-        """Hooks on the caller's modules removed after the caller's code ran,
-        outside a ``finally``: when that code raises, they stay (a warning)."""
-        ctx = self.ctx
-        if "." not in ctx.module or _is_script(ctx.tree) or _is_test_file(ctx.path):
-            return  # a script or a test: the library API of a package is what callers retry after an error
-        removing = _functions_reaching(ctx, {id(f): f for f in (function_of(c) for c in
-                                                               ctx.model.calls_of_method("remove"))
-                                             if isinstance(f, FunctionNode)})
-        registering = _functions_reaching(ctx, {id(f): f for f in (function_of(r.call) for r in
-                                                                   ctx.hooks.registrations)
-                                                if isinstance(f, FunctionNode)})
-        candidates = {key: func for key, func in removing.items() if key in registering}
-        flow = RemovalFlow(ctx)
-        for func in sorted(candidates.values(), key=lambda f: f.lineno):
-            if function_of(func) is not None:
-                continue  # a nested function: its own caller decides
-            for found in flow.unprotected(func):
-                # the module outlives the call: the caller's (not one the function builds)
-                regs = [r for r in found.registrations if r.kind.is_module and r.receiver is not None
-                        and self.dependence.of(r.receiver, function_of(r.call)) is not None]
-                if not regs:
-                    continue
-                first = regs[0]
-                risky = src(found.risky.func)
-                removal = src(found.removal)
-                hooks = " and ".join(sorted({hook_words(r) for r in regs}))
-                # a registration under a once-guard (`if self.handle is None:`) is not made again by a retry
-                stacks = not any(self.guards.guarded(anchor, func) for anchor in found.anchors)
-                message = (f"`{removal}` removes the {hooks} registered on {first.describe_target()} (line "
-                           f"{first.call.lineno}) only when `{risky}(...)` at line {found.risky.lineno} returns: it "
-                           f"is not in a `finally`, so when the caller's code raises the hooks stay on its module"
-                           + (", and every later call adds more" if stacks else
-                              " (a later call does not register them again, but they keep running until it "
-                              "succeeds)"))
-                yield rule.finding(
-                    ctx, found.removal, message,
-                    help="Remove the hooks in a `finally:` block (or a `with` block whose `__exit__` removes them).",
-                    related=[Related("the hook is registered here", ctx.display_path, ctx.span(r.call)[0])
-                             for r in regs[:3]]
-                    + [Related("this call can raise", ctx.display_path, ctx.span(found.risky)[0])],
-                ).with_changes(severity=Severity.WARNING)
-
     def _needed(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """The parameters of ``unit`` that must be the same for the registration
         to hook the same target with the same hook again (None: it hooks a new
@@ -612,7 +644,12 @@ class _LeakAnalysis:
                 and isinstance(getattr(parent, "_hl_parent", None), ast.Expr):
             holder = parent.func.value
             if isinstance(holder, ast.Attribute):
-                if self._attribute_read_elsewhere(holder.attr, holder, allow_append=True):
+                owner = self._self_class(holder)
+                if owner is not None:
+                    released = ctx.core.handles_released(owner, holder.attr)
+                    if released is not False:
+                        return None
+                elif self._attribute_read_elsewhere(holder.attr, holder, allow_append=True):
                     return None
                 return f"its handle is appended to `{src(holder)}`, whose handles are never removed"
             if isinstance(holder, ast.Name):
@@ -674,6 +711,7 @@ class _LeakAnalysis:
         if binding is None or target.id in scope.globals_ or target.id in scope.nonlocals:
             return None
         removed_outside: list[ast.Call] = []
+        dead: list[ast.Call] = []
         for node in self._load_index()[0].get(target.id, ()):
             if not contains(scope.node, node):
                 continue
@@ -686,11 +724,18 @@ class _LeakAnalysis:
             call = getattr(parent, "_hl_parent", None)
             if isinstance(parent, ast.Attribute) and parent.attr == "remove" and isinstance(call, ast.Call) \
                     and call.func is parent:
+                if not ctx.core.can_run(call):
+                    dead.append(call)  # after a `return`, in a branch that never runs: removes nothing
+                    continue
                 if contains(unit, call):
                     return None
                 removed_outside.append(call)
                 continue
             return None  # the handle goes somewhere hooklint does not follow
+        if dead and not removed_outside:
+            first = min(dead, key=lambda c: c.lineno)
+            return (f"its only `{target.id}.remove()`, at line {first.lineno}, never runs "
+                    f"({ctx.core.unreachable_reason(first)})")
         if removed_outside:
             return (f"its handle `{target.id}` is overwritten each time; `{target.id}.remove()` at line "
                     f"{min(c.lineno for c in removed_outside)} removes only the last one")
@@ -752,26 +797,6 @@ class _LeakAnalysis:
         return False
 
 
-def _functions_reaching(ctx: FileContext, functions: dict[int, ast.AST]) -> dict[int, ast.AST]:
-    """``functions`` and the functions of the file that call one of them by
-    name (``self._remove_hooks()``, ``helper(m)``, ``model.apply(helper)``),
-    one level up: the helpers a function uses to register or remove."""
-    out = dict(functions)
-    model = ctx.model
-    for func in list(functions.values()):
-        name = getattr(func, "name", None)
-        if name is None:
-            continue
-        calls = list(model.method_calls.get(name, ())) + list(model.name_calls.get(name, ()))
-        calls += [c for c in model.method_calls.get("apply", ()) if c.args and
-                  getattr(c.args[0], "attr", getattr(c.args[0], "id", None)) == name]
-        for call in calls:
-            caller = function_of(call)
-            if isinstance(caller, FunctionNode):
-                out.setdefault(id(caller), caller)
-    return out
-
-
 def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:
     """Can ``binding`` reach ``use`` although another binding comes between them
     in the text (``if d == "fwd": h = ... elif ...: h = ...``, then ``use(h)``)?
@@ -789,21 +814,6 @@ def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:
         if not in_branch:
             return False
     return True
-
-
-def _is_test_file(path: str) -> bool:
-    parts = path.replace("\\", "/").split("/")
-    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") \
-        or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py"
-
-
-def _is_script(tree: ast.Module) -> bool:
-    """A file with an ``if __name__ == "__main__":`` block (a conversion script in a package)."""
-    for stmt in tree.body:
-        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name) \
-                and stmt.test.left.id == "__name__":
-            return True
-    return False
 
 
 def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:

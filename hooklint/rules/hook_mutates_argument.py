@@ -7,15 +7,7 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Location, Origin, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.bodies import (
-    TENSOR,
-    TUPLE,
-    Write,
-    can_fall_through,
-    inplace_writes,
-    is_inplace_method,
-    return_statements,
-)
+from hooklint.static.bodies import TENSOR, TUPLE, Write, inplace_writes, is_inplace_method, return_statements
 from hooklint.static.context import FileContext
 from hooklint.static.describe import describe_registrations, hook_label, registration_notes, registrations_by_hook
 from hooklint.static.hooks import HookKind, Registration
@@ -324,7 +316,7 @@ def _return_instead_fix(ctx: FileContext, func: ast.AST, regs: list[Registration
         start = ctx.span(first)[0]
         edits.append(Edit(f"{grad} = {grad}.clone()\n{_indent(ctx, first)}", start, start))
         how = "Edit a clone of `{g}` and return it"
-    if not returns or can_fall_through(func):
+    if not returns or (not isinstance(func, ast.Lambda) and ctx.core.cfg(func).falls_off_end()):
         last = body[-1]
         row = last.end_lineno or last.lineno
         end = Location(row, len(ctx.line(row)) + 1)

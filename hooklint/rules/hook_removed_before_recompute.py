@@ -11,12 +11,12 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.compile_regions import (
     CheckpointRegions,
     Foreign,
-    foreign_registrations,
     Refs,
     Region,
+    foreign_registrations,
     receiver_views,
-    runs_again,
     runs_after,
+    runs_again,
     runs_region,
     views_relation,
 )

@@ -9,7 +9,7 @@ from hooklint.findings import Finding, Location, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.callgraph import SELF, is_step_method
 from hooklint.static.context import FileContext
-from hooklint.static.handles import Removal, destination, removals
+from hooklint.static.handles import Removal, destination
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import ClassInfo
 
@@ -43,7 +43,12 @@ class HookRemovedWhileNeeded(Rule):
     `__init__` (or in a method only `__init__` calls), when the removal is in
     a method that runs again: a module's `forward`, `__call__`, or a public
     method that is not a cleanup method (`close`, `remove_hooks`,
-    `__exit__`, an adapter's `unload`...).
+    `__exit__`, an adapter's `unload`...).  The removal may go through a
+    helper (`self._remove_hooks()`, a helper of another object or another
+    checked file): the function summaries of hooklint.static.core pair it
+    with the handles it removes, and the finding is at the helper's call in
+    the method that runs again.  Telling cleanup methods by their name is
+    the last resort, said as such here.
 
     ## Why is this bad?
     A removed hook is gone for good.  The first call of the method runs with
@@ -219,7 +224,7 @@ class HookRemovedWhileNeeded(Rule):
                 continue
             if any(method is not dest.method for method in stored_by[(id(dest.owner), dest.attr)]):  # type: ignore[index]
                 continue  # another method stores a new handle there: registered again on demand
-            for removal in removals(ctx, dest.owner, dest.attr):
+            for removal in _removals(ctx, dest.owner, dest.attr):
                 if removal.conditional or removal.method is dest.method:
                     continue
                 key = id(removal.call)
@@ -303,6 +308,34 @@ class HookRemovedWhileNeeded(Rule):
                [Related("the method that runs again", ctx.display_path, Location(runner.lineno, 1))]),
         )
         return finding if proven else finding.with_changes(severity=Severity.WARNING)
+
+
+def _removals(ctx: FileContext, cls: ClassInfo, attr: str) -> list[Removal]:
+    """The removals of the handles kept in ``self.<attr>``: direct ones, and
+    calls of helpers whose summary removes them (``self._remove_hooks()``,
+    ``self.point.reset_hooks()``), where they are called.  A private helper's
+    own ``remove()`` is named at its callers' calls instead."""
+    out = []
+    core = ctx.core
+    for method, removal in core.removals_of(cls, attr):
+        node = removal.node
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(method, "name", "")
+        if not removal.chain and name.startswith("_") and not name.startswith("__") and \
+                ctx.project.local_callers(ctx.qualname(method) or ""):
+            continue  # a helper: reported at the call that runs it
+        out.append(Removal(node, method, _conditional(node, method)))
+    return out
+
+
+def _conditional(node: ast.AST, method: ast.AST) -> bool:
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not method:
+        if isinstance(cur, (ast.If, ast.IfExp, ast.ExceptHandler, ast.While)):
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
 
 
 def _is_cleanup(name: str) -> bool:

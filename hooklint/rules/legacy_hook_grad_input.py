@@ -207,7 +207,7 @@ class LegacyHookGradInput(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         forward = ForwardAnalysis(ctx.model, ctx.inference)
         reported: set[tuple[int, int]] = set()
-        for group in legacy_groups(ctx):
+        for group in legacy_groups(ctx, through_wrappers=True):
             for reg in group:
                 if reg.hook is None or (id(reg.call), id(reg.hook.node)) in reported:
                     continue

@@ -7,13 +7,7 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
-from hooklint.static.accumulation import (
-    accumulations,
-    gating_reads,
-    hook_updates,
-    nearest,
-    refuses_accumulation,
-)
+from hooklint.static.accumulation import accumulations, gating_reads, hook_updates, nearest, refuses_accumulation
 from hooklint.static.context import FileContext
 from hooklint.static.describe import MODULE_BACKWARD_KINDS, describe_registrations, hook_label, registrations_by_hook
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind

@@ -17,10 +17,10 @@ from hooklint.static.compile_regions import (
     runs_again,
     views_relation,
 )
-from hooklint.static.values import src
 from hooklint.static.context import FileContext
 from hooklint.static.hook_effects import Effect, accumulating_effects
 from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.values import src
 
 HELP = ("Make the hook idempotent (key what it stores by module name and overwrite it, `stats[name] = value`), "
         "or skip the recompute: `if torch.is_grad_enabled() and torch._C._current_graph_task_id() != -1: return` "

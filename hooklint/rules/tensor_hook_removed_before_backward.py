@@ -244,6 +244,8 @@ class TensorHookRemovedBeforeBackward(Rule):
         for later in later_statements(stmt):  # type: ignore[arg-type]
             name = _removed_name(later)
             if name is not None and name.id == target.id and _refers_to(ctx, name, binding):
+                if not ctx.core.can_run(later):
+                    return None  # a removal that never runs removes nothing (the leak rules say so)
                 remove_stmt = later
                 break
             if finder.may_run_backward(later) or target.id in names_stored_in(later):
@@ -255,6 +257,8 @@ class TensorHookRemovedBeforeBackward(Rule):
             if any(contains(later, r.call) for r in same_target):
                 return None  # registered again before the backward
             backward = finder.first_backward(later)
+            if backward is not None and not ctx.core.can_run(backward.call):
+                backward = None  # after a `return`, in a branch that never runs: not the backward it misses
             if backward is not None:
                 break
         if backward is None:

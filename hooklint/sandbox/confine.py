@@ -277,7 +277,7 @@ def _grant_reads_except(ruleset, hidden: list[str]) -> None:
 
 
 def _landlock_worker(scratch: str, abi: int) -> None:
-    from hooklint.sandbox.landlock import EXECUTE, READ_RIGHTS, WRITE_RIGHTS, Ruleset, WRITE_FILE, TRUNCATE, IOCTL_DEV
+    from hooklint.sandbox.landlock import EXECUTE, IOCTL_DEV, READ_RIGHTS, TRUNCATE, WRITE_FILE, WRITE_RIGHTS, Ruleset
 
     hidden = hidden_paths()
     handled = WRITE_RIGHTS | EXECUTE | (READ_RIGHTS if hidden else 0)
@@ -303,8 +303,15 @@ def confine_child(status: Status, scratch: str, cpu_seconds: int, parent_pid: in
     if status.mode == "off" or not sys.platform.startswith("linux"):
         return
     if status.landlock_abi:
-        from hooklint.sandbox.landlock import EXECUTE, IOCTL_DEV, READ_RIGHTS, TRUNCATE, WRITE_FILE, WRITE_RIGHTS, \
-            Ruleset
+        from hooklint.sandbox.landlock import (
+            EXECUTE,
+            IOCTL_DEV,
+            READ_RIGHTS,
+            TRUNCATE,
+            WRITE_FILE,
+            WRITE_RIGHTS,
+            Ruleset,
+        )
 
         ruleset = Ruleset(WRITE_RIGHTS | EXECUTE, network=True, scopes=True, abi=status.landlock_abi)
         ruleset.allow(scratch, WRITE_RIGHTS | READ_RIGHTS)

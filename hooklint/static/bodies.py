@@ -39,7 +39,7 @@ def name_stores(func: ast.AST, name: str) -> list[ast.Name]:
 
 def returns(func: ast.AST) -> list[ast.AST]:
     """The returned expressions (None for a bare ``return``); a lambda returns its body.
-    A function that can fall off its end also "returns" None: see :func:`can_fall_through`."""
+    A function that can fall off its end also "returns" None: ``ctx.core.cfg(func).falls_off_end()``."""
     if isinstance(func, ast.Lambda):
         return [func.body]
     return [r.value if r.value is not None else None for r in body_nodes(func) if isinstance(r, ast.Return)]
@@ -72,23 +72,6 @@ def _is_none_returning_call(expr: ast.AST) -> bool:
         if isinstance(func, ast.Attribute) and func.attr in ("append", "extend", "update", "add", "put", "write"):
             return True
     return False
-
-
-def can_fall_through(func: ast.AST) -> bool:
-    """Could the function end without a return statement on some path?"""
-    if isinstance(func, ast.Lambda):
-        return False
-    return _block_falls_through(func.body)  # type: ignore[attr-defined]
-
-
-def _block_falls_through(block: list[ast.stmt]) -> bool:
-    for stmt in block:
-        if isinstance(stmt, (ast.Return, ast.Raise)):
-            return False
-        if isinstance(stmt, ast.If) and not _block_falls_through(stmt.body) and stmt.orelse \
-                and not _block_falls_through(stmt.orelse):
-            return False
-    return True
 
 
 def param_names(func: ast.AST) -> list[str]:

@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 3
+SUMMARY_FORMAT = 5
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -414,8 +414,15 @@ class Dependence:
         key = id(func)
         if key not in self._returns:
             self._returns[key] = None  # recursion guard
-            found = [node for node in executed_nodes(func) if isinstance(node, ast.Return)]
-            if not found or any(r.value is None for r in found):
+            nodes = list(executed_nodes(func))
+            yields = [node for node in nodes if isinstance(node, (ast.Yield, ast.YieldFrom))]
+            found = [node for node in nodes if isinstance(node, ast.Return)]
+            if yields:
+                # a generator: what it yields (each element the same object on every call as long as these are)
+                values = [y.value for y in yields]
+                self._returns[key] = None if any(v is None for v in values) else \
+                    _union(self.of(v, func, 1) for v in values)  # type: ignore[arg-type]
+            elif not found or any(r.value is None for r in found):
                 self._returns[key] = None
             else:
                 self._returns[key] = _union(self.of(r.value, func, 1) for r in found)  # type: ignore[arg-type]
@@ -702,6 +709,21 @@ class Summarizer:
         self._calls: dict[tuple[int, int], ast.Call] | None = None
         self._roots: dict[tuple[int, str], str | None] = {}
         self._callers: dict[int, str | None] = {}
+        self._core: Any = None
+
+    @property
+    def core(self) -> Any:
+        """The program-analysis core of this file (hooklint.static.core), for
+        the edges of call sites; the file's checker hands its own."""
+        if self._core is None:
+            from hooklint.static.core import Core
+
+            self._core = Core(self.model, self.inference, summarizer=self)
+        return self._core
+
+    @core.setter
+    def core(self, value: Any) -> None:
+        self._core = value
 
     # ------------------------------------------------------------- names
     def qualname(self, node: ast.AST) -> str | None:
@@ -759,7 +781,7 @@ class Summarizer:
         return ".".join([head] + parts[::-1])
 
     # ----------------------------------------------------------- summary
-    def summary(self, facts: bool = False) -> dict[str, Any]:
+    def summary(self, facts: bool = False, hooks: bool = True) -> dict[str, Any]:
         """``facts``: compute every site's facts now (otherwise they are left
         None, for :meth:`site_facts` to fill in when a question needs them)."""
         functions: dict[str, list[Any]] = {}
@@ -797,16 +819,32 @@ class Summarizer:
                 elif isinstance(b.value, str):
                     imports[name] = b.value
         summary = {"v": SUMMARY_FORMAT, "module": self.module, "path": self.display_path, "functions": functions,
-                   "classes": classes, "imports": imports, "sites": self.sites(facts)}
+                   "classes": classes, "imports": imports, "sites": self.sites(facts, eager_hooks=hooks),
+                   "hooks": self.core.export() if hooks else {}}
         from hooklint.static.compile_regions import hook_summary
 
-        hooks = hook_summary(self.model, self.inference)
-        if hooks:  # module hooks registered on parameters, for callers in other files (HKL7xx)
-            summary["hooks"] = hooks
+        module_hooks = hook_summary(self.model, self.inference)
+        if module_hooks:  # module hooks registered on parameters, for callers in other files (HKL7xx)
+            summary["module_hooks"] = module_hooks
         return summary
 
-    def sites(self, facts: bool = False) -> list[list[Any]]:
+    def sites(self, facts: bool = False, eager_hooks: bool = False) -> list[list[Any]]:
+        """``eager_hooks``: compute now the facts of the sites that call a
+        function of this file with a hook summary (the project index composes
+        summaries through them; computing them later would parse the file again)."""
         out = []
+        hooked: set[int] = set()
+        if eager_hooks and not facts:
+            exported = self.core.export()
+            if exported:
+                names = {local.rpartition(".")[2] for local in exported}
+                for name in names:
+                    for call in list(self.model.name_calls.get(name, ())) + list(self.model.method_calls.get(name, ())):
+                        local = self.core.local_callee(call)
+                        if local is not None and local_qualname(local[0]) in exported:
+                            hooked.add(id(call))
+                for call in self.model.method_calls.get("apply", ()):
+                    hooked.add(id(call))
         for calls in (self.model.name_calls, self.model.method_calls):
             for group in calls.values():
                 for call in group:
@@ -819,7 +857,7 @@ class Summarizer:
                         caller = self._callers[id(func)] = local_qualname(func) if isinstance(func, FunctionNode) else None
                     for via, found in callees:
                         out.append([found[0], found[1], caller, call.lineno, call.col_offset,
-                                    self.facts(call, found[2], via) if facts else None, via])
+                                    self.facts(call, found[2], via) if facts or id(call) in hooked else None, via])
         out.sort(key=lambda s: (s[3], s[4], s[6], s[0]))
         return out
 
@@ -969,7 +1007,21 @@ class Summarizer:
             guarded = self.guards.guarded(call, unit)
             if receiver_dep == [SELF] and unit is not self.model.tree:
                 attrs = self.attribute_dependences(unit, call.lineno)
-        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver), attrs]
+        return [loop_facts, fn_facts, step, guarded, _receiver_key(self.model, receiver), attrs,
+                self._edge(call, via)]
+
+    def _edge(self, call: ast.Call, via: str) -> list[Any] | None:
+        """How the callee's summary applies at this call (hooklint.static.core.summary.Edge)."""
+        from hooklint.static.core import places as P
+        from hooklint.static.core.summary import Edge
+
+        core = self.core
+        func = core.places.owner(call)
+        if via == "apply":
+            module = call.func.value  # type: ignore[attr-defined]
+            return Edge(P.UNKNOWN, [P.element(core.places.of(module, func))], {}, "drop",
+                        core.guarded(call, func), call.lineno).to_json()
+        return core.facts_of.edge(call, func, 0).to_json()
 
     def dispatch(self, node: ast.AST, unit: ast.AST) -> frozenset[str] | None:
         """What the branches around ``node`` (inside ``unit``) dispatch on:

@@ -8,6 +8,7 @@ from typing import Any
 
 from hooklint.findings import Location
 from hooklint.static.callgraph import Summarizer, module_name
+from hooklint.static.core import Core
 from hooklint.static.hooks import HookIndex
 from hooklint.static.project import ProjectIndex, ProjectView
 from hooklint.static.semantic import SemanticModel
@@ -40,7 +41,26 @@ class FileContext:
 
     @cached_property
     def hooks(self) -> HookIndex:
-        return HookIndex(self.model, self.inference)
+        index = HookIndex(self.model, self.inference)
+        index.through_other_files = self._registrations_through_other_files
+        return index
+
+    def _registrations_through_other_files(self) -> list:
+        if not self.project.external_names():
+            return []
+        # only those whose hook the call passes: what the rules about the hook's body need here (a hook the
+        # wrapper makes itself is analysed in the wrapper's file, with the same module)
+        return [r for r in self.core.wrapped() if r.wrapper_chain and r.wrapper_chain[0][1]
+                and r.hook_expr is not None]
+
+    @cached_property
+    def core(self) -> Core:
+        """Control flow, places and function summaries (hooklint.static.core)."""
+        core = Core(self.model, self.inference, hooks=self.hooks, summarizer=self.summarizer,
+                    external=self.project.external_facts)
+        self.summarizer.core = core
+        self.inference._hl_core = core  # type: ignore[attr-defined]  # shared analysis asks this one
+        return core
 
     @cached_property
     def module(self) -> str:
@@ -54,6 +74,7 @@ class FileContext:
     @cached_property
     def summary(self) -> dict[str, Any]:
         """This file's part of the project's call graph (hooklint.static.callgraph)."""
+        self.core  # noqa: B018 - the summary's edges and hook facts come from this file's core
         return self.summarizer.summary()
 
     @cached_property
@@ -61,7 +82,7 @@ class FileContext:
         """Questions about the checked files as a whole; records what was asked."""
         return ProjectView(
             lambda: ProjectIndex([self.summary], facts=lambda _summary, site: self.summarizer.site_facts(site[3], site[4], site[6])),
-            self._project_answers)
+            self._project_answers, self.display_path)
 
     def qualname(self, node: ast.AST) -> str | None:
         """``pkg.mod.Cls.method`` for a def or class of this file (None for lambdas)."""

@@ -15,9 +15,9 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from hooklint.static.callgraph import is_self_param
 from hooklint.static.flow import block_of, contains, executed_nodes, function_of, root_name
 from hooklint.static.semantic import ClassInfo, FunctionNode, SemanticModel, positional_params
-from hooklint.static.callgraph import is_self_param
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.static.context import FileContext
@@ -215,232 +215,83 @@ def self_name(func: ast.AST) -> str | None:
     return params[0] if params else None
 
 
-# ------------------------------------------------------------ unprotected removals
+# ------------------------------------------------------------ the caller's code, by its names
 
-StorageKey = tuple  # ("name", id(binding)) | ("local", id(binding)) | ("self", id(class), attr)
-
-
-@dataclass(frozen=True)
-class UnprotectedRemoval:
-    """Hooks registered, then code that can raise, then ``remove()``, with no
-    ``finally`` to remove them when it raises."""
-
-    removal: ast.AST  # the `remove()` call, or the call of the helper that removes
-    registrations: tuple["Registration", ...]
-    risky: ast.Call  # the call between them that runs the caller's code
-    function: ast.AST
-    anchors: tuple[ast.Call, ...] = ()  # the calls in `function` that register them (directly or through a helper)
+# Parameter and attribute names that hold the caller's model or a function to
+# run, when handed to another call (`_run_forward(forward_fn, inputs)`); not
+# data about it (`additional_forward_args`, `module_name`).
+_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
+_DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
+_CLEANUP_CALLS = ("remove", "del", "clear", "reset", "restore", "undo", "close", "detach")
+_INSPECTING_BUILTINS = frozenset({"len", "isinstance", "hasattr", "getattr", "id", "type", "print", "repr", "str",
+                                  "list", "tuple", "dict", "set", "sorted", "bool", "int", "float"})
 
 
-class RemovalFlow:
-    """Pairs, in one function, the statement that registers hooks (directly,
-    through a method of the class, a nested function or ``module.apply``)
-    with the later statement that removes them, by where the handles are
-    kept: a local name, a local list or dict, or an attribute of ``self``."""
+def runs_callers_code_by_name(call: ast.Call, func: ast.AST, model: Any) -> bool:
+    """:func:`_runs_callers_code` for a call in ``func``."""
+    arguments = _all_params(func)
+    params = {a.arg for a in arguments}
+    self_name = arguments[0].arg if arguments and is_self_param(model, arguments[0]) else None
+    return _runs_callers_code(call, params, self_name, model.enclosing_class(func))
 
-    def __init__(self, ctx: "FileContext"):
-        self.ctx = ctx
-        self._by_function: dict[int, list["Registration"]] = {}
-        for reg in ctx.hooks.registrations:
-            func = function_of(reg.call)
-            self._by_function.setdefault(id(func), []).append(reg)
-        self._helper_regs: dict[int, list[tuple[StorageKey, "Registration"]]] = {}
-        self._helper_removals: dict[int, set[StorageKey]] = {}
 
-    # ------------------------------------------------------------ storage
-    def registration_storage(self, reg: "Registration") -> StorageKey | None:
-        dest = destination(self.ctx, reg)
-        if dest.kind in ("attribute", "container") and dest.owner is not None:
-            return ("self", id(dest.owner), dest.attr)
-        node: ast.AST = reg.call
-        parent = getattr(node, "_hl_parent", None)
-        while isinstance(parent, (ast.Tuple, ast.List, ast.ListComp, ast.comprehension)):
-            node, parent = parent, getattr(parent, "_hl_parent", None)
-        if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
-            target = parent.targets[0]
-            if isinstance(target, ast.Name):
-                return self._name_key(target, "name" if node is reg.call else "local")
-            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-                return self._name_key(target.value, "local")
-        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
-                and parent.func.attr in _STORE_METHODS and isinstance(parent.func.value, ast.Name):
-            return self._name_key(parent.func.value, "local")
+def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
+    """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
+    ``self.forward_func(...)``, or a call handed a function or model to run
+    (``_run_forward(forward_fn, inputs)``); not ``model.eval()``."""
+    def callable_name(name: str) -> bool:
+        name = name.lower()
+        return any(w in name for w in _CALLABLE_WORDS) and not any(w in name for w in _DATA_WORDS)
+
+    def given(expr: ast.AST) -> bool:
+        if isinstance(expr, ast.Name):
+            return expr.id in params and expr.id != self_name
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name:
+            # an attribute the object was given (`self.model = model`, maybe in a base
+            # class of another file), not a method
+            return cls is not None and cls.method(expr.attr) is None \
+                and (bool(cls.attribute(expr.attr)) or callable_name(expr.attr))
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in params:
+            return callable_name(expr.attr)  # `explainer.model(...)`
+        return False
+
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in _INSPECTING_BUILTINS:
+        return False  # `len(layer._forward_hooks)` reads, it runs nothing
+    called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower().strip("_")
+    if called.split("_")[0] in _CLEANUP_CALLS:
+        return False  # tidying up after the run (`self.remove_attributes(self.model)`)
+    if given(func):
+        return True
+    if isinstance(func, ast.Attribute) and func.attr == "forward" and given(func.value):
+        return True
+    for arg in list(call.args) + [k.value for k in call.keywords]:
+        name = arg.id if isinstance(arg, ast.Name) else arg.attr if isinstance(arg, ast.Attribute) else ""
+        if given(arg) and callable_name(name):
+            return True
+    return False
+
+
+def callers_code_run_after(model: SemanticModel, call: ast.Call) -> ast.Call | None:
+    """The first call after ``call``, in the function that makes it, that runs
+    its caller's code: the model or forward function it was given (``out =
+    model(x)``), in the same block or one nested in it, not in another branch."""
+    func = model.enclosing_function(call)
+    if func is None or isinstance(func, ast.Lambda):
         return None
-
-    def _name_key(self, name: ast.Name, kind: str) -> StorageKey | None:
-        model = self.ctx.model
-        if isinstance(name.ctx, ast.Store):
-            found = model.lookup(name.id, model.scope_of(name))
-            binding = next((b for b in found if b.node is getattr(name, "_hl_parent", None)
-                            or b.node is getattr(getattr(name, "_hl_parent", None), "_hl_parent", None)), None)
-            return (kind, id(binding)) if binding is not None else None
-        bindings = model.bindings_at(name) or model.lookup(name.id, model.scope_of(name))
-        if not bindings:
-            return None
-        if kind == "local":
-            # a container: the binding that created it (`handles = []`), wherever it is read from
-            created = [b for b in bindings if b.kind == "assign"]
-            return ("local", id(created[0])) if len(created) == 1 else None
-        return (kind, id(bindings[0])) if len(bindings) == 1 else None
-
-    def removal_storage(self, call: ast.Call) -> StorageKey | None:
-        """Where the handles a ``<expr>.remove()`` call removes are kept."""
-        expr = call.func.value  # type: ignore[attr-defined]
-        while isinstance(expr, ast.Subscript):
-            expr = expr.value
-        found = self_attribute(self.ctx, expr)
-        if found is not None:
-            return ("self", id(found[0]), found[1])
-        if not isinstance(expr, ast.Name):
-            return None
-        bindings = self.ctx.model.bindings_at(expr)
-        if len(bindings) != 1:
-            return None
-        b = bindings[0]
-        if b.kind == "assign" and not b.path:
-            return ("name", id(b))
-        if b.kind == "for" and isinstance(b.value, ast.AST):
-            iterable = _container_of(b.value)
-            found = self_attribute(self.ctx, iterable)
-            if found is not None:
-                return ("self", id(found[0]), found[1])
-            if isinstance(iterable, ast.Name):
-                return self._name_key(iterable, "local")
-        return None
-
-    # ------------------------------------------------------------ statements
-    def registered_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
-        out: list[tuple[StorageKey, "Registration"]] = []
-        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
-            return out  # a definition does not run its body
-        for node in executed_nodes(stmt):
-            if not isinstance(node, ast.Call):
-                continue
-            for reg in self._by_function.get(id(func), ()):
-                if reg.call is node:
-                    key = self.registration_storage(reg)
-                    if key is not None:
-                        out.append((key, reg))
-            helper = self._helper(node, func)
-            if helper is not None:
-                out += self._registrations_of_helper(helper)
-        return out
-
-    def removed_in(self, stmt: ast.stmt, func: ast.AST) -> list[tuple[StorageKey, ast.AST]]:
-        out: list[tuple[StorageKey, ast.AST]] = []
-        if isinstance(stmt, FunctionNode + (ast.ClassDef,)):
-            return out
-        for node in executed_nodes(stmt):
-            if not isinstance(node, ast.Call):
-                continue
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "remove" and not node.args:
-                key = self.removal_storage(node)
-                if key is not None:
-                    out.append((key, node))
-            helper = self._helper(node, func)
-            if helper is not None:
-                out += [(key, node) for key in self._removals_of_helper(helper)]
-        return out
-
-    def _helper(self, call: ast.Call, func: ast.AST) -> ast.AST | None:
-        """The function of this file a call runs: ``self._register()``, a nested
-        function, a local function, or the ``fn`` of ``module.apply(fn)``."""
-        target: ast.AST = call.func
-        if isinstance(target, ast.Attribute) and target.attr == "apply" and len(call.args) == 1:
-            target = call.args[0]
-        model = self.ctx.model
-        if isinstance(target, ast.Name):
-            bindings = model.bindings_at(target)
-            if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
-                return bindings[0].node
-            return None
-        found = self_attribute(self.ctx, target) if isinstance(target, ast.Attribute) else None
-        if found is not None:
-            return found[0].method(found[1])
-        return None
-
-    def _registrations_of_helper(self, helper: ast.AST) -> list[tuple[StorageKey, "Registration"]]:
-        if id(helper) not in self._helper_regs:
-            self._helper_regs[id(helper)] = []
-            found = []
-            for reg in self._by_function.get(id(helper), ()):
-                key = self.registration_storage(reg)
-                if key is not None:
-                    found.append((key, reg))
-            self._helper_regs[id(helper)] = found
-        return self._helper_regs[id(helper)]
-
-    def _removals_of_helper(self, helper: ast.AST) -> set[StorageKey]:
-        if id(helper) not in self._helper_removals:
-            self._helper_removals[id(helper)] = set()
-            keys = set()
-            for node in executed_nodes(helper):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "remove" \
-                        and not node.args:
-                    key = self.removal_storage(node)
-                    if key is not None and key[0] == "self":
-                        keys.add(key)
-            self._helper_removals[id(helper)] = keys
-        return self._helper_removals[id(helper)]
-
-    # ------------------------------------------------------------ the check
-    def unprotected(self, func: ast.AST) -> list[UnprotectedRemoval]:
-        """One walk of the function: its registering calls and removing calls
-        (direct, or through a helper), paired by where the handles are kept,
-        in order; then a call that runs the caller's code between them."""
-        calls = [node for node in executed_nodes(func) if isinstance(node, ast.Call)]
-        if not calls:
-            return []
-        direct = {id(reg.call): reg for reg in self._by_function.get(id(func), ())}
-        # (order, "reg"/"rem", key, registration or removing call, the call in this function)
-        events: list[tuple[int, str, StorageKey, Any, ast.Call]] = []
-        for order, call in enumerate(calls):
-            reg = direct.get(id(call))
-            if reg is not None:
-                key = self.registration_storage(reg)
-                if key is not None:
-                    events.append((order, "reg", key, reg, call))
-            func_node = call.func
-            if isinstance(func_node, ast.Attribute) and func_node.attr == "remove" and not call.args:
-                key = self.removal_storage(call)
-                if key is not None:
-                    events.append((order, "rem", key, call, call))
-            helper = self._helper(call, func)
-            if helper is not None:
-                events += [(order, "reg", key, r, call) for key, r in self._registrations_of_helper(helper)]
-                events += [(order, "rem", key, call, call) for key in self._removals_of_helper(helper)]
-        if not any(event[1] == "rem" for event in events):
-            return []
-        out = []
-        pending: dict[StorageKey, list[tuple[int, "Registration", ast.Call]]] = {}
-        for order, kind, key, item, anchor in events:
-            if kind == "reg":
-                pending.setdefault(key, []).append((order, item, anchor))
-                continue
-            regs = [(o, r, at) for o, r, at in pending.pop(key, []) if _precedes_in_block(at, anchor, func)]
-            if not regs:
-                continue
-            first = min(o for o, _r, _at in regs)
-            risky = self._risky_call(calls[first + 1:order], func)
-            if risky is not None and not _protected(self, item, risky, func, key):
-                out.append(UnprotectedRemoval(item, tuple(r for _o, r, _at in regs), risky, func,
-                                              tuple(dict.fromkeys(at for _o, _r, at in regs))))
-        return out
-
-    def _risky_call(self, calls: list[ast.Call], func: ast.AST) -> ast.Call | None:
-        """A call that runs the caller's code (its model, a function it
-        passed) between the registration and the removal."""
-        arguments = _all_params(func)
-        params = {a.arg for a in arguments}
-        self_name = arguments[0].arg if arguments and is_self_param(self.ctx.model, arguments[0]) else None
-        cls = self.ctx.model.enclosing_class(func)
-        for call in calls:
-            name = call.func.attr if isinstance(call.func, ast.Attribute) else ""
-            if name.startswith("register") or name == "apply":
-                continue  # more registrations, not the caller's code
-            if _runs_callers_code(call, params, self_name, cls):
-                return call
-        return None
+    arguments = _all_params(func)
+    params = {a.arg for a in arguments}
+    self_name = arguments[0].arg if arguments and is_self_param(model, arguments[0]) else None
+    cls = model.enclosing_class(func)
+    later = sorted((n for n in executed_nodes(func) if isinstance(n, ast.Call) and n is not call
+                    and _precedes_in_block(call, n, func)), key=lambda n: (n.lineno, n.col_offset))
+    for candidate in later:
+        name = candidate.func.attr if isinstance(candidate.func, ast.Attribute) else ""
+        if name.startswith("register") or name == "apply":
+            continue
+        if _runs_callers_code(candidate, params, self_name, cls):
+            return candidate
+    return None
 
 
 def _precedes_in_block(first: ast.AST, second: ast.AST, func: ast.AST) -> bool:
@@ -468,126 +319,6 @@ def _precedes_in_block(first: ast.AST, second: ast.AST, func: ast.AST) -> bool:
 
 def _before(a: ast.AST, b: ast.AST) -> bool:
     return (getattr(a, "lineno", 0), getattr(a, "col_offset", 0)) < (getattr(b, "lineno", 0), getattr(b, "col_offset", 0))
-
-
-def _container_of(iterable: ast.AST) -> ast.AST:
-    """``handles``, ``handles.values()``, ``list(handles)``... -> ``handles``."""
-    while True:
-        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
-                and iterable.func.attr in ("values", "items", "copy", "keys") and not iterable.args:
-            iterable = iterable.func.value
-        elif isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) \
-                and iterable.func.id in ("list", "tuple", "reversed", "sorted") and len(iterable.args) == 1:
-            iterable = iterable.args[0]
-        else:
-            return iterable
-
-
-# Parameter and attribute names that hold the caller's model or a function to
-# run, when handed to another call (`_run_forward(forward_fn, inputs)`); not
-# data about it (`additional_forward_args`, `module_name`).
-_CALLABLE_WORDS = ("forward", "func", "fn", "model", "net", "callable", "closure")
-_DATA_WORDS = ("arg", "input", "name", "kw", "num", "size", "shape", "type", "kind")
-_CLEANUP_CALLS = ("remove", "del", "clear", "reset", "restore", "undo", "close", "detach")
-
-
-def _runs_callers_code(call: ast.Call, params: set[str], self_name: str | None, cls: ClassInfo | None) -> bool:
-    """``model(x)``, ``forward_fn(...)``, ``self.model(x)``, ``model.forward(x)``,
-    ``self.forward_func(...)``, or a call handed a function or model to run
-    (``_run_forward(forward_fn, inputs)``); not ``model.eval()``."""
-    def callable_name(name: str) -> bool:
-        name = name.lower()
-        return any(w in name for w in _CALLABLE_WORDS) and not any(w in name for w in _DATA_WORDS)
-
-    def given(expr: ast.AST) -> bool:
-        if isinstance(expr, ast.Name):
-            return expr.id in params and expr.id != self_name
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == self_name:
-            # an attribute the object was given (`self.model = model`, maybe in a base
-            # class of another file), not a method
-            return cls is not None and cls.method(expr.attr) is None \
-                and (bool(cls.attribute(expr.attr)) or callable_name(expr.attr))
-        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in params:
-            return callable_name(expr.attr)  # `explainer.model(...)`
-        return False
-
-    func = call.func
-    called = (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")).lower().strip("_")
-    if called.split("_")[0] in _CLEANUP_CALLS:
-        return False  # tidying up after the run (`self.remove_attributes(self.model)`)
-    if given(func):
-        return True
-    if isinstance(func, ast.Attribute) and func.attr == "forward" and given(func.value):
-        return True
-    for arg in list(call.args) + [k.value for k in call.keywords]:
-        name = arg.id if isinstance(arg, ast.Name) else arg.attr if isinstance(arg, ast.Attribute) else ""
-        if given(arg) and callable_name(name):
-            return True
-    return False
-
-
-def _protected(flow: RemovalFlow, removal: ast.AST, risky: ast.AST, func: ast.AST, key: StorageKey) -> bool:
-    """Is the removal in a ``finally`` or an ``except`` block, or does a
-    ``try`` around the risky call remove the same handles in its ``finally``
-    or a handler?"""
-    child: ast.AST = removal
-    cur = getattr(removal, "_hl_parent", None)
-    while cur is not None and cur is not func:
-        if isinstance(cur, ast.Try) and child in cur.finalbody:
-            return True
-        if isinstance(cur, ast.ExceptHandler):
-            return True
-        child, cur = cur, getattr(cur, "_hl_parent", None)
-    cur = getattr(risky, "_hl_parent", None)
-    child = risky
-    while cur is not None and cur is not func:
-        if isinstance(cur, ast.Try) and child in cur.body:
-            for stmt in list(cur.finalbody) + [s for h in cur.handlers for s in h.body]:
-                if any(k == key for k, _n in flow.removed_in(stmt, func)):
-                    return True
-        child, cur = cur, getattr(cur, "_hl_parent", None)
-    return False
-
-
-def _blocks(func: ast.AST) -> Iterator[list[ast.stmt]]:
-    """Every statement list in a function, not in nested functions or classes."""
-    stack = [func]
-    while stack:
-        node = stack.pop()
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
-                if isinstance(block[0], ast.stmt):
-                    yield block
-                for child in block:
-                    if not isinstance(child, FunctionNode + (ast.ClassDef,)):
-                        stack.append(child)
-        if isinstance(node, ast.Match):
-            for case in node.cases:
-                yield case.body
-                stack.extend(case.body)
-
-
-def callers_code_run_after(model: SemanticModel, call: ast.Call) -> ast.Call | None:
-    """The first call after ``call``, in the function that makes it, that runs
-    its caller's code: the model or forward function it was given (``out =
-    model(x)``), in the same block or one nested in it, not in another branch."""
-    func = model.enclosing_function(call)
-    if func is None or isinstance(func, ast.Lambda):
-        return None
-    arguments = _all_params(func)
-    params = {a.arg for a in arguments}
-    self_name = arguments[0].arg if arguments and is_self_param(model, arguments[0]) else None
-    cls = model.enclosing_class(func)
-    later = sorted((n for n in executed_nodes(func) if isinstance(n, ast.Call) and n is not call
-                    and _precedes_in_block(call, n, func)), key=lambda n: (n.lineno, n.col_offset))
-    for candidate in later:
-        name = candidate.func.attr if isinstance(candidate.func, ast.Attribute) else ""
-        if name.startswith("register") or name == "apply":
-            continue
-        if _runs_callers_code(candidate, params, self_name, cls):
-            return candidate
-    return None
 
 
 def _all_params(func: ast.AST) -> list[ast.arg]:
@@ -1033,3 +764,18 @@ def _element_read(element: ast.AST, info: HookWrapper) -> bool:
     parent = getattr(element, "_hl_parent", None)
     return isinstance(parent, ast.Attribute) and parent.value is element and parent.attr not in info.cleanup \
         and isinstance(parent.ctx, ast.Load) and not isinstance(getattr(parent, "_hl_parent", None), ast.Call)
+
+
+def is_test_file(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or parts[-1].startswith("test_") \
+        or parts[-1].endswith("_test.py") or parts[-1] == "conftest.py"
+
+
+def is_script(tree: ast.Module) -> bool:
+    """A file with an ``if __name__ == "__main__":`` block (a conversion script in a package)."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and isinstance(stmt.test.left, ast.Name) \
+                and stmt.test.left.id == "__name__":
+            return True
+    return False

@@ -16,6 +16,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable
 
 from hooklint.static.semantic import FunctionNode, SemanticModel
 from hooklint.static.travel import EMPTY, Env, Resolver
@@ -124,6 +125,8 @@ class Registration:
     via: tuple[ast.Call, ...] = ()
     receiver_origin: ast.AST | None = None
     hook_origin: ast.AST | None = None
+    # made through a function of the project (hooklint.static.core.summary.Reg): `call` is the call of it
+    summary: object = None
 
     @property
     def method_name(self) -> str:
@@ -164,6 +167,12 @@ class Registration:
 
     @property
     def receiver_text(self) -> str:
+        if self.summary is not None:
+            text = getattr(self.summary, "target_text", "")
+            if text:
+                return text
+            if self.receiver is None:
+                return _place_text(getattr(self.summary, "target", "?"))
         if self.receiver is None:
             return "every module (global hook)"
         if self.receiver_origin is not None:
@@ -173,6 +182,8 @@ class Registration:
     def describe_target(self) -> str:
         mod = self.receiver_module
         text = self.receiver_text
+        if self.summary is not None and (self.receiver is None or getattr(self.summary, "target_text", "")):
+            return (text if text.startswith("each ") else f"`{text}`") + self.via_text()
         if mod is not None and mod.applied_from is not None:
             target = f"every submodule of `{src(mod.applied_from)}` (via `.apply`)"
         elif mod is not None and mod.class_name:
@@ -185,8 +196,17 @@ class Registration:
             target = f"`{text}`"
         return target + self.via_text()
 
+    @property
+    def wrapper_chain(self) -> tuple[tuple[str, str, int], ...]:
+        """The wrappers a call-site registration goes through: (name, path, line), outermost first."""
+        return getattr(self.summary, "chain", ()) or ()
+
     def via_text(self) -> str:
         """`` (through `add_hook(...)` at line 12)`` for a registration reached through calls."""
+        if self.summary is not None:
+            links = [f"`{name}`" + (f" ({path}:{line})" if path else f" (line {line})")
+                     for name, path, line in self.wrapper_chain]
+            return (" (through " + ", then ".join(links) + ")") if links else ""
         if not self.via:
             return ""
         calls = [f"`{_call_head(c)}` at line {c.lineno}" for c in reversed(self.via)]
@@ -211,6 +231,9 @@ class HookIndex:
         self.inference = inference
         self.resolver = Resolver(model, inference)
         self.dead: list[tuple[Registration, str]] = []
+        # registrations this file makes through wrappers defined in other files (set by the file's context:
+        # the summaries of the core, hooklint.static.core); wrappers of this file are followed by travel.py
+        self.through_other_files: Callable[[], list[Registration]] | None = None
 
     @cached_property
     def _all(self) -> list[tuple[Registration, list[Registration]]]:
@@ -258,7 +281,10 @@ class HookIndex:
 
     @cached_property
     def instances(self) -> list[Registration]:
-        return [reg for _base, group in self._all for reg in group]
+        found = [reg for _base, group in self._all for reg in group]
+        if self.through_other_files is not None:
+            found += self.through_other_files()
+        return found
 
     def instances_by_kind(self, *kinds: HookKind) -> list[Registration]:
         return [r for r in self.instances if r.kind in kinds]
@@ -491,6 +517,23 @@ class HookIndex:
 
     def for_hook_function(self, node: ast.AST) -> list[Registration]:
         return [r for r in self.registrations if r.hook is not None and r.hook.node is node]
+
+
+def _place_text(place: str) -> str:
+    """``s.model`` -> ``self.model``, ``e:p:model`` -> ``each part of model``: a
+    summary's place (hooklint.static.core.places) in words."""
+    part = place.startswith("e:")
+    while place.startswith("e:"):
+        place = place[2:]
+    if place == "s" or place.startswith("s."):
+        text = "self" + place[1:]
+    elif place.startswith(("p:", "g:")):
+        text = place[2:]
+    elif place == "global":
+        return "every module (global hook)"
+    else:
+        return "an object the function makes" if place == "n" else "an object hooklint cannot name"
+    return f"each part of `{text}`" if part else text
 
 
 def _with_kwargs(call: ast.Call) -> bool:

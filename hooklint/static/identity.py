@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Iterator
 from hooklint.static.semantic import (
     FunctionNode,
     SemanticModel,
+    earlier_exit_guards,
     is_torch_module_class,
     short_source,
-    earlier_exit_guards,
 )
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -11,11 +11,16 @@ from hooklint.static.values import src
 LEGACY_TRIGGERS = ("register_backward_hook", "register_module_backward_hook") + DYNAMIC_NAME_TRIGGERS
 
 
-def legacy_groups(ctx: FileContext) -> list[list[Registration]]:
+def legacy_groups(ctx: FileContext, through_wrappers: bool = False) -> list[list[Registration]]:
     """Legacy registrations by registering call: each call's instances (one per
-    call site of the helper it is in, per handler a loop gives it...)."""
+    call site of the helper it is in, per handler a loop gives it...).  A call
+    of a wrapper in another file that registers the legacy hook counts when
+    ``through_wrappers`` (the hook's body is here), or when the call's own
+    argument named the legacy API (``attach(m, fn, kind="backward")``)."""
     groups: dict[int, list[Registration]] = {}
     for reg in ctx.hooks.instances_by_kind(HookKind.BACKWARD_LEGACY):
+        if reg.summary is not None and not through_wrappers and not getattr(reg.summary, "chosen", False):
+            continue  # a wrapper that spells the legacy API itself: reported there, where it is fixed
         groups.setdefault(id(reg.call), []).append(reg)
     return list(groups.values())
 

@@ -56,6 +56,9 @@ def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
         return f"the argument `{expr.id}` of `{_qualified(model, func)}`", expr
     if b.kind == "for" and isinstance(b.value, ast.AST):
         iterable = b.value
+        element = _element_of_callers(model, inference, iterable, b.path, depth)
+        if element is not None:
+            return element
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
             method = iterable.func.attr
             base = iterable.func.value
@@ -97,6 +100,45 @@ def chosen_in_file(model: SemanticModel, inference: Inference, resolver, call: a
         if env.site is not None and built_in_file(model, inference, resolver.origin(root, env)):
             return True
     return False
+
+
+def _element_of_callers(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],
+                        depth: int) -> tuple[str, ast.expr] | None:
+    """A loop over what the caller handed over: its list of layers (``for
+    layer in target_layers``), or a generator of the project that yields parts
+    of the caller's model (``for m in self._hookable_modules(model)``), as the
+    function summaries of hooklint.static.core place it."""
+    if path:
+        return None
+    if isinstance(iterable, ast.Name) and hasattr(iterable, "_hl_scope"):
+        bindings = model.bindings_at(iterable)
+        if len(bindings) == 1 and bindings[0].kind == "param" and not _is_self(model, iterable) \
+                and bindings[0].scope.node not in inference.applied_functions():
+            func = bindings[0].scope.node
+            return f"each element of the argument `{iterable.id}` of `{_qualified(model, func)}`", iterable
+        return None
+    if not isinstance(iterable, ast.Call):
+        return None
+    from hooklint.static.core import core_of
+
+    core = core_of(model, inference)
+    func = core.places.owner(iterable)
+    place = core.places.element_of(iterable, func)
+    if not place.startswith("e:") or core.local_callee(iterable) is None:
+        return None  # only generators of this file: `model.modules()` is handled below
+    root = place[2:].split(".", 1)[0]
+    for arg in list(iterable.args) + [k.value for k in iterable.keywords]:
+        inner = outside_root(model, inference, arg, depth + 1)
+        if inner is not None and core.places.of(arg, func).split(".", 1)[0] == root:
+            return (f"each module `{_call_text(iterable)}` yields from {_whole(inner[0])}", inner[1])
+    return None
+
+
+def _call_text(call: ast.Call) -> str:
+    try:
+        return ast.unparse(call.func) + "(...)"
+    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
+        return "the generator"
 
 
 def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:

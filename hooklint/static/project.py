@@ -32,7 +32,7 @@ MAX_SUBCLASS_NAMES = 16
 _KIND_RANK = {"loop": 0, "comprehension": 0, "step": 1, "repeat": 2}
 # Reasons that are not a call shown in the checked files: the function is an
 # entry point that users call (the rules report them at a lower severity).
-UNPROVEN = frozenset({"public", "constructor", "function"})
+UNPROVEN = frozenset({"public", "constructor", "function", "method"})
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ class Reason:
             text = f"every new object, `{self.call}`, registers the hook again on what it is given"
         elif self.kind == "function":
             text = f"{call} is a public function: every call with the same arguments registers the hook again"
+        elif self.kind == "method":
+            text = f"{call} is a public method: every call with the same arguments registers the hook again"
         else:
             shown = ", ".join(str(n) for n in self.lines[:4])
             where = "this file" if self.path == here else self.path
@@ -119,6 +121,14 @@ def _short(qual: str) -> str:
 # Questions about the hooks a function of another file registers on its arguments
 # (``ProjectView.hooks_of``) are keyed by this prefix and the callee's name.
 HOOKS_QUERY = "hooks:"
+# Wrapper names searched in the files the prefilter ruled out, at most.
+MAX_WRAPPER_NAMES = 32
+# Function names too common to search the project's files for (wrapper_names).
+_COMMON_NAMES = frozenset({"forward", "apply", "setup", "register", "call", "run", "build", "init", "hook", "main",
+                           "step", "train", "update", "reset", "start", "close", "attach", "add"})
+# Keys of the questions that are not "does it run again" (see ProjectView).
+EXTERNAL_KEY = "ext:"
+APPLY_KEY = "apply:"
 
 
 def query_key(qual: str, needed: Iterable[str]) -> str:
@@ -138,14 +148,18 @@ class ProjectIndex:
                  facts: Callable[[dict[str, Any], list[Any]], list[Any] | None] | None = None):
         self.modules: dict[str, dict[str, Any]] = {}
         self._all: list[dict[str, Any]] = []
+        self._pending_aliases: list[tuple[str, dict[str, Any]]] = []
         self._memo: dict[tuple[str, frozenset[str]], list[Reason]] = {}
         self._forget_names()
+        self.changed()
         self._facts_of = facts
         self.missing: dict[int, tuple[dict[str, Any], set[tuple[int, int, str]]]] = {}
         for summary in summaries:
             self.add(summary)
 
-    def add(self, summary: dict[str, Any]) -> None:
+    def add(self, summary: dict[str, Any], aliases: Iterable[str] = ()) -> None:
+        """``aliases``: the other names the file can be imported as from the
+        project's roots (hooklint.static.core.imports)."""
         # Two files can claim one module name (two folders of scripts): the one
         # whose path sorts first defines it, whatever order the files came in
         # (a run over one file and a run over the project must agree); the
@@ -155,12 +169,28 @@ class ProjectIndex:
             self.modules[summary["module"]] = summary
         # in path order, for the same reason: ties between reasons go the same way in every run
         bisect.insort(self._all, summary, key=_summary_path)
+        self._pending_aliases += [(alias, summary) for alias in aliases if alias != summary["module"]]
+        self._forget_names()
+        self.changed()
+
+    def settle_aliases(self) -> None:
+        """Register the names from the project's roots, after every file's own
+        name (a file's package name wins over another file's alias; between
+        two aliases, the path that sorts first)."""
+        for alias, summary in sorted(self._pending_aliases, key=lambda pair: pair[1]["path"]):
+            self.modules.setdefault(alias, summary)
+        self._pending_aliases = []
         self._forget_names()
         self.changed()
 
     def changed(self) -> None:
         """Forget the reasons worked out (sites got their facts)."""
         self._memo = {}
+        self._hook_memo: dict[str, Any] = {}
+        self._hook_active: set[str] = set()
+        self._ext_memo: dict[str, dict[str, list[Any]]] = {}
+        self._by_path: dict[str, dict[str, Any]] | None = None
+        self._applies: dict[str, list[tuple[dict[str, Any], list[Any]]]] | None = None
 
     def _forget_names(self) -> None:
         self._canonical: dict[str, str | None] = {}
@@ -171,6 +201,7 @@ class ProjectIndex:
         self._children: dict[str, list[str]] | None = None
         self._call_names: dict[str, set[str]] = {}
         self._aliases: dict[str, set[str]] | None = None
+        self._by_caller: dict[int, dict[str, list[list[Any]]]] = {}
 
     def site_facts(self, summary: dict[str, Any], site: list[Any]) -> list[Any] | None:
         facts = site[5]
@@ -235,7 +266,7 @@ class ProjectIndex:
                 continue
             local = ".".join(parts[i:])
             if local in summary["functions"] or local in summary["classes"]:
-                return name
+                return f"{summary['module']}.{local}"  # the file's own name, whatever alias reached it
             target = summary["imports"].get(parts[i])
             if target is None or target == module:
                 return None
@@ -369,6 +400,153 @@ class ProjectIndex:
                     out.setdefault(resolved[0], []).append((summary, site, 1 if resolved[1] else site[1]))
         return out
 
+    # ------------------------------------------------------------ hook summaries
+    def hook_facts(self, qual: str) -> Any:
+        """The summary of the function ``qual`` (:class:`hooklint.static.core.summary.Facts`),
+        its own facts composed with those of the calls it makes, across
+        files, to a fixpoint (a cycle of calls adds each function once);
+        None when ``qual`` is not a function of the checked files.  Sites
+        whose facts are not computed yet are collected in ``missing`` and add
+        nothing meanwhile."""
+        from hooklint.static.core.summary import Edge, Facts, apply_edge
+
+        if qual in self._hook_memo:
+            return self._hook_memo[qual]
+        module, local = self._split(qual, "functions")
+        if module is None:
+            return None
+        summary = self.modules[module]
+        path = summary["path"]
+        own = summary.get("hooks", {}).get(local)
+        if own is not None:
+            facts = Facts.from_json(own, path)
+        else:
+            entry = summary["functions"][local]
+            facts = Facts(params=list(entry[0]), kwonly=list(entry[1]))
+        if qual in self._hook_active:
+            return facts
+        self._hook_active.add(qual)
+        try:
+            for site in self._sites_by_caller(summary).get(local, ()):
+                resolved = self.resolve(site[0])
+                if resolved is None or resolved[0] == qual:
+                    continue
+                callee = self.hook_facts(resolved[0])
+                callee = _for_callers(callee) if callee is not None else None
+                if callee is None:
+                    continue  # nothing a caller in another file needs: no site facts asked for
+                # the sites of a file that call its own wrappers come with their facts; a chain through another
+                # file's site is followed when that site's facts are known (parsing the file again for it costs
+                # more than the rare wrapper of a wrapper of another file is worth)
+                site_facts = site[5] if self._facts_of is None else self.site_facts(summary, site)
+                if site_facts is None or len(site_facts) < 7 or site_facts[6] is None:
+                    continue
+                edge = Edge.from_json(site_facts[6])
+                edge.bound = 1 if resolved[1] else site[1]
+                edge.construct = _constructs(resolved[0], site)
+                entry = self.function(resolved[0])
+                part = apply_edge(callee, edge, _short(resolved[0]), self.function_path(resolved[0]) or "",
+                                  entry[5] if entry else 0)
+                facts.regs += part.regs
+                facts.removes += part.removes
+                facts.forgets += part.forgets
+                facts.runs += part.runs
+                if part.regs and not facts.ret and own is not None and own.get("rn"):
+                    facts.ret = "none"
+        finally:
+            self._hook_active.discard(qual)
+        self._hook_memo[qual] = facts
+        return facts
+
+    def _sites_by_caller(self, summary: dict[str, Any]) -> dict[str, list[list[Any]]]:
+        key = id(summary)
+        found = self._by_caller.get(key)
+        if found is None:
+            found = {}
+            for site in summary["sites"]:
+                if site[2]:
+                    found.setdefault(site[2], []).append(site)
+            self._by_caller[key] = found
+        return found
+
+    def wrapper_names(self) -> set[str]:
+        """The names of the functions that register hooks for their callers
+        (the handle goes back to the caller, the kind or the module is the
+        caller's argument): a file that calls one is checked even when its
+        text names no hook API.  Common names are left out (searching every
+        file for `forward` would summarize them all)."""
+        out: set[str] = set()
+        for summary in self.summaries():
+            for local, data in summary.get("hooks", {}).items():
+                name = local.rpartition(".")[2]
+                if name in _COMMON_NAMES or name.startswith("_") or len(name) < 4 \
+                        or name.startswith("register_") and name.endswith("_hook"):
+                    continue  # a private helper is its own file's business; an API's name is parsed anyway
+                for reg in data.get("regs", ()):
+                    hook, handle, when, choose = reg[2], reg[3], reg[7], reg[8]
+                    # the caller hands it the hook, and it hands the handle back or the caller's argument chooses the
+                    # kind: the registration is the caller's (a function that hooks its own callbacks is not a wrapper)
+                    if hook and hook.startswith("p:") and (
+                            handle in ("ret", "ret*") or choose or any(w[0].startswith("p:") for w in when)):
+                        out.add(name)
+                        break
+        return set(sorted(out)[:MAX_WRAPPER_NAMES])
+
+    def external_facts(self, path: str) -> dict[str, list[Any]]:
+        """For the file ``path``: the callees of its call sites that are
+        functions of other checked files doing something with hooks, by the
+        name the site spells, as ``ProjectView.external_facts`` reads them."""
+        if path in self._ext_memo:
+            return self._ext_memo[path]
+        if self._by_path is None:
+            self._by_path = {s["path"]: s for s in self._all}
+        summary = self._by_path.get(path)
+        if summary is None:
+            return {}
+        out: dict[str, list[Any]] = {}
+        self._ext_memo[path] = out
+        for site in summary["sites"]:
+            name = site[0]
+            if name in out or site[6]:
+                continue
+            resolved = self.resolve(name)
+            if resolved is None:
+                continue
+            module, _local = self._split(resolved[0], "functions")
+            if module is None or self.modules[module] is summary:
+                continue
+            facts = self.hook_facts(resolved[0])
+            facts = _for_callers(facts) if facts is not None else None
+            if facts is None:
+                continue  # what it runs or returns is followed within files only: answers stay small and stable
+            entry = self.function(resolved[0])
+            out[name] = [facts.to_json(), _short(resolved[0]), self.function_path(resolved[0]) or "",
+                         entry[5] if entry else 0, 1 if resolved[1] else site[1], _constructs(resolved[0], site)]
+        return out
+
+    def apply_sites(self, qual: str) -> list[list[Any]]:
+        """``[path, line, arguments]`` of each ``Fn.apply(...)`` call of the
+        autograd Function class ``qual`` (arguments None when ``*args``)."""
+        if self._applies is None:
+            applies: dict[str, list[tuple[dict[str, Any], list[Any]]]] = {}
+            for summary in self.summaries():
+                for site in summary["sites"]:
+                    name = site[0]
+                    if name.endswith(".apply") and not site[6]:
+                        cls = name[:-len(".apply")]
+                        applies.setdefault(self.canonical(cls) or cls, []).append((summary, site))
+            self._applies = applies
+        out = []
+        for summary, site in self._applies.get(qual, ()):
+            facts = self.site_facts(summary, site)
+            if facts is None or facts[1] is None:
+                continue
+            args, kwargs = facts[1][1], facts[1][2]
+            count = None if any(a is None for a in args) else len(args) + len(kwargs)
+            out.append([summary["path"], site[3], count])
+        out.sort(key=lambda e: (e[0], e[1]))
+        return out
+
     def first_reason(self, qual: str, needed: Iterable[str]) -> Reason | None:
         """The best reason why ``qual`` runs again with the same values of
         its parameters ``needed``: a site in its own file first, the shortest
@@ -409,7 +587,7 @@ class ProjectIndex:
         site_facts = self.site_facts(summary, site)
         if site_facts is None:
             return []  # its facts are computed first; the callers are followed once they are known
-        loop, fn, step, guarded, _key, attrs = site_facts
+        loop, fn, step, guarded, _key, attrs = site_facts[:6]
         sources = _map_needed(facts, needed, bound, qual.endswith(".__init__"))
         if sources is None:
             return []
@@ -442,7 +620,7 @@ class ProjectIndex:
             site_facts = self.site_facts(summary, site)
             if site_facts is None:
                 continue
-            _loop, fn, _step, guarded, key, _attrs = site_facts
+            _loop, fn, _step, guarded, key, _attrs = site_facts[:6]
             if fn is None or guarded or fn[3] != []:
                 continue
             if needed:  # the same instance: a receiver both sites name the same way
@@ -479,14 +657,22 @@ class ProjectIndex:
                 return None
             if name.startswith("_") and name != "__call__":
                 return None
-            if not needed or not all(_is_self(n) for n in needed):
+            if not needed:
                 return None
             callers = [site[2] for summary, site, _b in sites if summary["module"] == module]
             if callers and all(c in (f"{parts[0]}.__init__", f"{parts[0]}.__post_init__") for c in callers):
                 return None  # a set-up step its own constructor takes
-            return Reason("public", path, line, call=f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)")
-        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module and not sites \
+            call = f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)"
+            if all(_is_self(n) for n in needed):
+                return Reason("public", path, line, call=call)
+            if "." in module and not set(facts[6] or ()) & needed:
+                # it hooks what its caller passes: one visible call (a demo, a test) does not make it run once
+                return Reason("method", path, line, call=call)
+            return None
+        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module \
                 and needed and not any(_is_self(n) for n in needed) and not set(facts[6] or ()) & needed:
+            # a public function of a package that hooks its argument: its users call it, whether or not the
+            # checked files happen to call it once
             return Reason("function", path, line, call=f"{parts[0]}(...)")
         return None
 
@@ -502,7 +688,7 @@ class ProjectIndex:
         module, local = self._split(qual, "functions")
         if module is None:
             return None
-        facts = self.modules[module].get("hooks", {}).get(local)
+        facts = self.modules[module].get("module_hooks", {}).get(local)
         if not facts:
             return None
         function = self.modules[module]["functions"].get(local)
@@ -540,6 +726,27 @@ class ProjectIndex:
 
 def _summary_path(summary: dict[str, Any]) -> str:
     return summary["path"]
+def _for_callers(facts: Any) -> Any:
+    """The part of a summary its callers in other files can use: the hooks it
+    registers on what they pass (or for them: the handle comes back, their
+    argument picks the kind) and the handles it removes from their objects;
+    None when nothing is left."""
+    from dataclasses import replace
+
+    def callers(place: str | None) -> bool:
+        return bool(place) and (place.startswith(("p:", "e:p:", "s", "e:s")))  # type: ignore[union-attr]
+
+    # what changes a finding at the call: a handle handed back (or None instead), a handle kept on the
+    # caller's object (paired with its removal there), a hook the caller passes (its body is checked
+    # there), a kind the caller's argument picks; a hook the function keeps to itself is judged where it is
+    regs = [r for r in facts.regs
+            if r.handle in ("ret", "ret*") or r.handle.startswith("at:s") or r.choose or callers(r.hook)
+            or any(w[0].startswith("p:") for w in r.when) or (r.handle == "drop" and facts.ret == "none"
+                                                              and callers(r.target))]
+    removes = [r for r in facts.removes if callers(r.place)]
+    if not regs and not removes:
+        return None
+    return replace(facts, regs=regs, removes=removes, forgets=[], runs=[])
 
 
 def _is_self(name: str) -> bool:
@@ -628,7 +835,8 @@ class ProjectView:
     a question not among them is answered from ``local()``, an index of the
     file's own summary (what a run on this file alone sees)."""
 
-    def __init__(self, local: Callable[[], ProjectIndex], answers: dict[str, list[Any] | None] | None = None):
+    def __init__(self, local: Callable[[], ProjectIndex], answers: dict[str, Any] | None = None, path: str = ""):
+        self.path = path
         self._local_factory = local
         self._local: ProjectIndex | None = None
         self.answers = answers or {}
@@ -660,6 +868,46 @@ class ProjectView:
         self.asked[key] = answer
         return answer
 
+    def external_facts(self, name: str) -> tuple[Any, str, str, int, int, bool] | None:
+        """The summary (:class:`hooklint.static.core.summary.Facts`) of the
+        function of another checked file that a call naming ``name`` reaches,
+        with its display name, path, line, the parameters a call supplies
+        itself and whether the call constructs an object; None when it is not
+        a function of the project or does nothing with hooks."""
+        key = EXTERNAL_KEY + self.path
+        if key in self.answers:
+            answer = self.answers[key] or {}
+        else:
+            answer = {}
+        self.asked[key] = answer
+        found = answer.get(name)
+        if found is None:
+            return None
+        from hooklint.static.core.summary import Facts
+
+        data, display, path, line, bound, construct = found
+        return Facts.from_json(data, path), display, path, line, bound, construct
+
+    def external_names(self) -> list[str]:
+        """The callee names :meth:`external_facts` has answers for."""
+        key = EXTERNAL_KEY + self.path
+        answer = self.answers.get(key) or {}
+        self.asked[key] = answer
+        return list(answer)
+
+    def apply_sites(self, qual: str) -> list[tuple[str, int, int | None]]:
+        """(path, line, number of arguments or None) of the ``Cls.apply(...)``
+        calls of the autograd Function ``qual`` in the checked files."""
+        key = APPLY_KEY + qual
+        if key in self.answers:
+            answer = self.answers[key]
+        else:
+            if self._local is None:
+                self._local = self._local_factory()
+            answer = self._local.apply_sites(qual)
+        self.asked[key] = answer
+        return [tuple(site) for site in answer or ()]  # type: ignore[misc]
+
     def local_callers(self, qual: str) -> list[str]:
         """The functions of this file that call ``qual`` ("" for module level)."""
         return [caller for caller, _line in self.local_call_sites(qual)]
@@ -680,7 +928,8 @@ def summarize_source(path: str, text: str, display_path: str, names: Iterable[st
     wanted = set(names)
 
     def job(summarizer: Any) -> dict[str, Any]:
-        summary = summarizer.summary()
+        # a file with no hook API: its call sites matter, its own hook facts are empty or not worth the cost
+        summary = summarizer.summary(hooks=False)
         for site in summary["sites"]:
             if wanted and wanted.intersection(site[0].replace(":", ".").split(".")):
                 site[5] = summarizer.site_facts(site[3], site[4], site[6])

@@ -143,6 +143,7 @@ def torch_module_class_name(qualname: str) -> str:
 
 _AST = ast.AST
 # Node types the builder only links (parent, scope) and descends into.
+_EXIT_NODES = frozenset({ast.Return, ast.Yield, ast.YieldFrom, ast.Raise})
 _PLAIN_NODES = frozenset({
     ast.Constant, ast.Attribute, ast.BinOp, ast.Compare, ast.Subscript, ast.Expr, ast.If, ast.Return,
     ast.keyword, ast.Tuple, ast.List, ast.Dict, ast.UnaryOp, ast.BoolOp, ast.Slice, ast.JoinedStr,
@@ -261,6 +262,8 @@ class SemanticModel:
         self.method_calls: dict[str, list[ast.Call]] = {}
         self.name_calls: dict[str, list[ast.Call]] = {}  # `name(...)`
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda] = []
+        # `return`, `yield`, `yield from` and `raise`, in the order visited (summaries look them up by function)
+        self.exits: list[ast.AST] = []
         self._visited: list[ast.AST] = []
         self._build()
         self._link_classes()
@@ -275,6 +278,7 @@ class SemanticModel:
             node._hl_parent = None  # type: ignore[attr-defined]
             node._hl_scope = None  # type: ignore[attr-defined]
         self._visited = []
+        self.exits = []
         for scope in self.scopes.values():  # Binding.scope <-> Scope.bindings
             scope.bindings = {}
 
@@ -285,6 +289,7 @@ class SemanticModel:
         method_calls = self.method_calls
         name_calls = self.name_calls
         visited = self._visited
+        exits = self.exits
         while stack:
             node, parent, scope = stack.pop()
             node._hl_parent = parent  # type: ignore[attr-defined]
@@ -293,7 +298,8 @@ class SemanticModel:
             child_scope = scope
             kind = type(node)
             if kind in _PLAIN_NODES:
-                pass
+                if kind in _EXIT_NODES:
+                    exits.append(node)
             elif isinstance(node, ast.Call):
                 func = node.func
                 if isinstance(func, ast.Attribute):

@@ -222,7 +222,7 @@ def test_a_package_with_relative_imports_and_a_re_export(tmp_path, monkeypatch):
 def test_the_project_fixture_separates_proven_leaks_from_entry_points(monkeypatch):
     """Errors where a call in the project repeats the registration; warnings
     where only an entry point (a constructor, a public method or function of
-    the package) could, and where only an exception would leave the hooks."""
+    the package) could; HKL308 where only an exception would leave the hooks."""
     from tests.conftest import FIXTURES
 
     folder = FIXTURES / "projects" / "attribution"
@@ -233,8 +233,10 @@ def test_the_project_fixture_separates_proven_leaks_from_entry_points(monkeypatc
     warnings = {key for key, value in severities.items() if value == "warning"}
     assert errors == {("explain/cam.py", 12), ("explain/cam.py", 13), ("explain/features.py", 8),
                       ("explain/guided.py", 14)}
-    assert warnings == {("explain/probe.py", 10), ("explain/probe.py", 34), ("explain/probe.py", 42),
-                        ("explain/probe.py", 70)}
+    assert warnings == {("explain/probe.py", 34), ("explain/probe.py", 42)}
+    # removals an exception skips are HKL308's, a warning of their own
+    on_exception = {(f.path, f.location.row): f.severity.value for f in report.findings if f.code == "HKL308"}
+    assert on_exception == {("explain/probe.py", 10): "warning", ("explain/probe.py", 70): "warning"}
     by_line = {f.location.row: f.message for f in report.findings if f.path == "explain/probe.py"}
     assert "only when `model(...)` at line 9 returns" in by_line[10]
     assert "every new object, `ActivationMonitor(...)`, registers the hook again" in by_line[42]
@@ -256,3 +258,47 @@ def test_a_cached_caller_is_searched_again_for_a_new_name(tmp_path, monkeypatch)
     report, _ = check(tmp_path)
     assert "train.py" in counters.read
     assert leaks(report) == [("attribution.py", 5, "error"), ("attribution.py", 12, "error")]
+
+
+WRAPPER_LIBRARY = '''\
+    def add_hook(module, fn, dir="fwd"):
+        if dir == "fwd":
+            return module.register_forward_hook(fn)
+        return module.register_full_backward_hook(fn)
+    '''
+# A wrapper that keeps the handles itself: its callers lose nothing.
+KEEPING_LIBRARY = '''\
+    HANDLES = []
+
+
+    def add_hook(module, fn, dir="fwd"):
+        HANDLES.append(module.register_forward_hook(fn))
+    '''
+# No hook API word: the prefilter rules it out; the wrapper makes it a registration.
+WRAPPER_USER = '''\
+    from hooklib import add_hook
+
+
+    def saliency(model, batches, grads):
+        for x in batches:
+            add_hook(model, lambda m, gi, go: grads.append(go[0]), dir="bwd")
+            model(x).sum().backward()
+    '''
+
+
+def test_a_wrappers_caller_is_checked_and_cached_with_the_wrapper(tmp_path, monkeypatch):
+    """A file that calls another file's wrapper is checked whatever its text;
+    its cached result follows the wrapper's edits."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hooklib.py").write_text(textwrap.dedent(WRAPPER_LIBRARY))
+    (tmp_path / "user.py").write_text(textwrap.dedent(WRAPPER_USER))
+    old_mtimes(tmp_path)
+    cold, _ = check(tmp_path)
+    assert leaks(cold) == [("user.py", 6, "error")]
+    assert "through `add_hook` (hooklib.py:1)" in next(f.message for f in cold.findings if f.code == "HKL304")
+    counters = Counters(monkeypatch)
+    warm, options = check(tmp_path)
+    assert counters.parsed == [] and leaks(warm) == leaks(cold)
+    (tmp_path / "hooklib.py").write_text(textwrap.dedent(KEEPING_LIBRARY))
+    edited, _ = check(tmp_path)
+    assert leaks(edited) == []
