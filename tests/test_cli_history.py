@@ -115,8 +115,9 @@ def test_a_caller_edited_since_the_cache_was_written(project):
     (project / "scripts" / "train.py").write_text(textwrap.dedent(CALLER_ONCE))
     stale = staged_run(project)
     assert stale == fresh_run(project)
-    # called once, from a script: nothing repeats the registration, the commit passes
-    assert stale[:2] == (0, []), stale
+    # called once, from a script: nothing in the tree repeats the registration, but a public function that
+    # drops the handle leaks for any other caller (issue 15): a warning, not the error a loop makes
+    assert [f["severity"] for f in stale[1]] == ["warning"], stale
     (project / "scripts" / "train.py").write_text(textwrap.dedent(CALLER_IN_A_LOOP))
     again = staged_run(project)
     assert again == fresh_run(project) and again[1][0]["severity"] == "error"
