@@ -64,6 +64,12 @@ FILES = {
     "jj_bypasses.py": MODEL.format(name="Bypass", init=(
         '[setattr(g, "active", False) for g in __import__("gc").get_objects() if type(g).__name__ == "Guard"]; '
         'open("BYPASS_MARKER", "w").write("x")')),
+    # honest code that needs a temporary file and /dev/null at import (what `import trio` does): allowed
+    "jk_tempfile.py": ("import tempfile\nwith tempfile.TemporaryFile() as _handle:\n    _handle.write(b'x')\n"
+                       "with open(os.devnull, 'w') as _sink:\n    _sink.write('x')\n"
+                       "with open(os.path.join(tempfile.gettempdir(), 'scratch.txt'), 'w') as _kept:\n"
+                       "    _kept.write('x')\n" + MODEL.replace("import os\n", "", 1)).replace(
+        "import tempfile", "import os\nimport tempfile", 1).format(name="UsesTemp", init="pass"),
     "k_good.py": MODEL.format(name="Last", init="pass"),
 }
 
@@ -93,6 +99,16 @@ def test_good_files_before_and_after_the_trouble_are_analysed(analysed):
         found = _facts(analysed, name)
         assert [m.class_name for m in found.models] == [cls] and found.models[0].autograd
     assert not analysed[2]["a_good.py"] and not analysed[2]["k_good.py"]
+
+
+def test_temporary_files_in_scratch_and_dev_null_are_allowed(analysed):
+    """The box allows writes in its scratch folder (the temp folder model code
+    sees) and to /dev/null: a library that opens a temporary file at import
+    still gets its model analysed."""
+    found = _facts(analysed, "jk_tempfile.py")
+    assert [m.class_name for m in found.models] == ["UsesTemp"] and found.models[0].autograd
+    assert not analysed[2]["jk_tempfile.py"]
+    assert not list(analysed[0].glob("scratch.txt"))
 
 
 def test_top_level_training_writing_and_looping_never_run(analysed):
