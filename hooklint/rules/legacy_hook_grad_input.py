@@ -13,6 +13,7 @@ from hooklint.static.context import FileContext
 from hooklint.static.forward import LEGACY_SAFE_BUILTINS, SAFE, UNKNOWN, ForwardAnalysis, LegacyVerdict
 from hooklint.static.hooks import Registration
 from hooklint.static.legacy import LEGACY_TRIGGERS, legacy_groups, site_notes
+from hooklint.static.passthrough import passed_on_unchanged
 from hooklint.static.values import ModuleValue, src
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,6 +65,14 @@ class LegacyHookGradInput(Rule):
     isinstance(m, nn.ReLU)`, in the loop or in the hook itself) and `class
     MyConv(nn.Conv2d)` without its own forward are not reported.  An
     `isinstance` test also admits subclasses, whose forward may run more ops.
+
+    A hook that only hands `grad_input` on is not reported: it returns it as
+    it came, or gives it (detached or not, after type tests such as
+    `isinstance`) to callbacks taken from a container at run time or to a
+    callable its object was given by its caller (`self.hook_func`, assigned
+    from a parameter of `__init__`, as fastai's `Hook` does).  What that code
+    does with the value cannot be seen at the registration; the legacy
+    registration is still reported by HKL101.
 
     The module and the hook are followed through the calls of the same file:
     a helper's parameters (`add_hook(net.fc, save_grad)`, several calls
@@ -155,6 +164,15 @@ class LegacyHookGradInput(Rule):
         "def register(model):\n"
         "    for m in model.modules():\n"
         "        m.register_backward_hook(dispatch)\n",
+        # grad_input detached and handed to the callable the caller gave the constructor (fastai's Hook)
+        "class Hook:\n"
+        "    def __init__(self, module, hook_func):\n"
+        "        self.hook_func, self.stored = hook_func, None\n"
+        "        self.handle = module.register_backward_hook(self.hook_fn)\n"
+        "    def hook_fn(self, module, grad_input, grad_output):\n"
+        "        grad_input = (g.detach() for g in grad_input) if isinstance(grad_input, tuple) "
+        "else grad_input.detach()\n"
+        "        self.stored = self.hook_func(module, grad_input, grad_output)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -202,6 +220,15 @@ class LegacyHookGradInput(Rule):
             "    return module.register_backward_hook(fn)  # HKL101, HKL102\n"
             "add_hook(nn.Linear(4, 2), save_grad)\n"
         ),
+        # the hook reads the values before handing them on to the caller's callable
+        Invalid(
+            "class Hook:\n"
+            "    def __init__(self, module, hook_func):\n"
+            "        self.hook_func = hook_func\n"
+            "        self.handle = module.register_backward_hook(self.hook_fn)  # HKL101, HKL102\n"
+            "    def hook_fn(self, module, grad_input, grad_output):\n"
+            "        self.hook_func(module, grad_input[0].norm(), grad_output)\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -222,7 +249,7 @@ class LegacyHookGradInput(Rule):
         if gi is None:
             return None
         uses = grad_input_uses(ctx, reg, gi)
-        if not uses or all(_passes_on_unchanged(ctx, use) for use in uses):
+        if not uses or all(passed_on_unchanged(ctx.model, reg.hook.node, use) for use in uses):
             return None
         first = uses[0]
         what = _use_kind(first)
@@ -333,25 +360,6 @@ def grad_input_uses(ctx: FileContext, reg: Registration, gi: str) -> list[ast.Na
             continue
         kept.append(use)
     return kept
-
-
-def _passes_on_unchanged(ctx: FileContext, use: ast.Name) -> bool:
-    """``return grad_input`` as it came (the legacy hook then changes
-    nothing), or ``grad_input`` handed as it is to callbacks taken from a
-    container at run time (``for hook in hooks: hook(m, grad_input, grad_output)``):
-    what they do with it is theirs, and the code is not in sight."""
-    parent = getattr(use, "_hl_parent", None)
-    if isinstance(parent, ast.Return):
-        return True
-    if isinstance(parent, ast.keyword):
-        parent = getattr(parent, "_hl_parent", None)
-    if not (isinstance(parent, ast.Call) and (use in parent.args or any(k.value is use for k in parent.keywords))):
-        return False
-    callee = parent.func
-    if not isinstance(callee, ast.Name):
-        return False
-    bindings = ctx.model.bindings_at(callee)
-    return bool(bindings) and all(b.kind == "for" for b in bindings)
 
 
 def _graph_message(reg: Registration, gi: str, what: str, model: ModelFacts, module: ModuleFacts,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from hooklint.static.identity import holding_tests
+from hooklint.static.passthrough import is_self, stored_init_parameter
 from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
 from hooklint.static.values import Inference
 
@@ -246,29 +247,10 @@ class _Tracer:
         return None
 
     def _is_self(self, name: ast.Name) -> bool:
-        bindings = self.model.bindings_at(name)
-        if len(bindings) != 1 or bindings[0].kind != "param":
-            return False
-        func = bindings[0].scope.node
-        params = positional_params(func)
-        return bool(params) and params[0] == name.id and not is_staticmethod(func) \
-            and isinstance(getattr(func, "_hl_parent", None), ast.ClassDef)
+        return is_self(self.model, name)
 
     def _stored_param(self, expr: ast.Attribute) -> tuple[ast.AST, str] | None:
-        """(``__init__``, parameter) when ``self.attr`` is assigned once, in
-        ``__init__``, from one of its parameters."""
-        cls = self.model.enclosing_class(expr)
-        if cls is None:
-            return None
-        assigned = cls.attribute(expr.attr)
-        if len(assigned) != 1:
-            return None
-        value, scope, _node = assigned[0]
-        method = scope.node
-        if getattr(method, "name", "") != "__init__" or not isinstance(value, ast.Name):
-            return None
-        params = set(positional_params(method)[1:]) | {a.arg for a in method.args.kwonlyargs}  # type: ignore[attr-defined]
-        return (method, value.id) if value.id in params else None
+        return stored_init_parameter(self.model, expr)
 
     def _through_super(self, cls, base_init: ast.AST, param: str) -> tuple[ast.AST, str] | None:
         """``class GradCAM(_BaseWrapper)``: its own ``__init__(self, model)`` calling
