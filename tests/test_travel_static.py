@@ -269,3 +269,27 @@ def test_a_flag_passed_by_the_caller_chooses_the_branch():
         attach(nn.Conv2d(2, 2, 3), print, full=True)
     """)
     assert [r.kind for r in _instances(ctx)] == [HookKind.FULL_BACKWARD]
+
+
+def test_a_flag_passed_through_calls_chooses_between_bound_methods():
+    # fastai's Hook: `hook_outputs(m)` (grad=False) makes a forward hook; only `hook_output`, whose
+    # `grad` no call of this file fixes, can make the legacy one, and its chain is the one named
+    ctx = _ctx("""
+        class Hook:
+            def __init__(self, m, hook_func, is_forward=True):
+                f = m.register_forward_hook if is_forward else m.register_backward_hook
+                self.hook = f(hook_func)
+        class Hooks:
+            def __init__(self, ms, hook_func, is_forward=True):
+                self.hooks = [Hook(m, hook_func, is_forward) for m in ms]
+        def hook_output(module, grad=False):
+            return Hook(module, print, is_forward=not grad)
+        def hook_outputs(modules, grad=False):
+            return Hooks(modules, print, is_forward=not grad)
+        def sizes(model):
+            return hook_outputs(model.children())
+    """)
+    legacy = _instances(ctx, HookKind.BACKWARD_LEGACY)
+    assert legacy and all(r.via_text() == " (through `Hook(...)` at line 10)" for r in legacy)
+    forward_chains = {r.via_text() for r in _instances(ctx, HookKind.FORWARD)}
+    assert any("hook_outputs(...)" in text for text in forward_chains)

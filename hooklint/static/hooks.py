@@ -425,6 +425,11 @@ class HookIndex:
             from hooklint.static.fallbacks import decide
 
             decided = decide(self.model, callee.test)
+            if decided is None and env is not EMPTY:
+                # `f = m.register_forward_hook if is_forward else m.register_backward_hook`, reached through
+                # `hook_outputs(m)` whose default `grad=False` gives `is_forward=not grad`: the call chain
+                # picks one branch
+                decided = self.resolver.truth(callee.test, env)
             if decided is not None:
                 return self._callee_alternatives(callee.body if decided else callee.orelse, env, depth + 1)
             return self._callee_alternatives(callee.body, env, depth + 1) + \
