@@ -293,3 +293,16 @@ def test_a_flag_passed_through_calls_chooses_between_bound_methods():
     assert legacy and all(r.via_text() == " (through `Hook(...)` at line 10)" for r in legacy)
     forward_chains = {r.via_text() for r in _instances(ctx, HookKind.FORWARD)}
     assert any("hook_outputs(...)" in text for text in forward_chains)
+
+
+def test_a_method_of_the_same_name_with_another_signature_is_not_a_registration():
+    # torchrec's TrainPipeline.register_backward_hook(site, work), defined in another file
+    ctx = _ctx("""
+        from .train_pipelines import TrainPipelineSparseDist
+        class Pipeline(TrainPipelineSparseDist):
+            def _pipeline_model(self, work):
+                self.register_backward_hook(self._site, work)
+                self.register_forward_hook(work, site=self._site)
+                self.register_backward_hook(work)
+    """)
+    assert [(r.kind, r.call.lineno) for r in _instances(ctx)] == [(HookKind.BACKWARD_LEGACY, 7)]

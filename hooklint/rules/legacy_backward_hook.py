@@ -55,7 +55,10 @@ class LegacyBackwardHook(Rule):
     "register_full_backward_hook")`, an `except AttributeError:` around
     `register_full_backward_hook`, and the old side of a version gate
     (`torch.__version__ < "1.8"`, `version.parse(...)`, `TORCH_VERSION >= (1, 8)`).
-    A legacy hook in the branch that runs on newer torch is reported.
+    A legacy hook in the branch that runs on newer torch is reported.  A call
+    whose arguments torch's method does not take (`pipeline.register_backward_
+    hook(site, work)`, a method of the same name defined elsewhere) is not a
+    registration.
 
     ## Example
     ```python
@@ -148,6 +151,12 @@ class LegacyBackwardHook(Rule):
         "        self.fn = fn\n"
         "    def setup(self):\n"
         "        self.register_backward_hook(print)\n",
+        # a method of the same name from another file, called with arguments torch's does not take
+        # (torchrec's TrainPipeline.register_backward_hook(site, work))
+        "from .pipelines import TrainPipelineBase\n"
+        "class Pipeline(TrainPipelineBase):\n"
+        "    def setup(self, work):\n"
+        "        self.register_backward_hook(self.site, work)\n",
         # a fallback that only runs on torch < 1.8
         "def attach(module, hook):\n"
         "    if hasattr(module, 'register_full_backward_hook'):\n"

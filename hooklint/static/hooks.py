@@ -393,6 +393,8 @@ class HookIndex:
         seen: set[tuple] = set()
         for env in envs or [EMPTY]:
             for receiver, method, named_at in self._callee_alternatives(callee, env):
+                if not fits_torch_signature(call, method):
+                    continue
                 kind = METHOD_KINDS[method]
                 base = Registration(call, kind, receiver, None, hook_expr, None, method=method,
                                     name_at=named_at, with_kwargs=_with_kwargs(call))
@@ -454,6 +456,8 @@ class HookIndex:
         func = call.func
         assert isinstance(func, ast.Attribute)
         kind = METHOD_KINDS[func.attr]
+        if not fits_torch_signature(call, func.attr):
+            return None  # a method of the same name with another signature (torchrec's pipeline(site, work))
         receiver = func.value
         # `super().register_backward_hook(...)` inside an override still reaches torch.
         value = self.inference.infer(receiver)
@@ -590,6 +594,30 @@ def _may_name_register_api(value: ast.expr) -> bool:
 def _call_head(call: ast.Call) -> str:
     """``add_hook(...)``, ``GradCAM(...)``."""
     return src(call.func) + "(...)"
+
+
+# What torch's registration methods accept (torch 2.13; older releases accept a subset): the most
+# positional arguments, and the keyword names.
+_TORCH_SIGNATURES: dict[str, tuple[int, frozenset[str]]] = {
+    "register_forward_hook": (1, frozenset({"hook", "prepend", "with_kwargs", "always_call"})),
+    "register_forward_pre_hook": (1, frozenset({"hook", "prepend", "with_kwargs"})),
+    "register_backward_hook": (1, frozenset({"hook"})),
+    "register_full_backward_hook": (2, frozenset({"hook", "prepend"})),
+    "register_full_backward_pre_hook": (2, frozenset({"hook", "prepend"})),
+    "register_hook": (1, frozenset({"hook"})),
+    "register_post_accumulate_grad_hook": (1, frozenset({"hook"})),
+}
+
+
+def fits_torch_signature(call: ast.Call, method: str) -> bool:
+    """False when the call's arguments cannot be given to torch's method of
+    that name: ``pipeline.register_backward_hook(site, work)`` is another API."""
+    limit, keywords = _TORCH_SIGNATURES.get(method, (None, None))
+    if limit is None or keywords is None:
+        return True
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return True  # *args / **kwargs: the count is not known
+    return len(call.args) <= limit and all(k.arg in keywords for k in call.keywords)
 
 
 def _hook_arg(call: ast.Call) -> ast.expr | None:
