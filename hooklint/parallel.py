@@ -27,7 +27,6 @@ from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel
 from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
-from hooklint.static.core.imports import names_from_roots, project_roots
 from hooklint.static.project import (
     APPLY_KEY,
     EXTERNAL_KEY,
@@ -196,6 +195,19 @@ def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ..
             raise
         return RefineOutcome(index, {}, None)
     return RefineOutcome(index, facts or {}, record)
+
+
+def names_from_roots(path: str, roots: list[str]) -> list[str]:
+    # hooklint.static.core.imports loads the whole core (its package): only runs that ask about the project need it
+    from hooklint.static.core.imports import names_from_roots as names
+
+    return names(path, roots)
+
+
+def project_roots(root: str, paths: Any, pythonpath: Any) -> list[str]:
+    from hooklint.static.core.imports import project_roots as roots
+
+    return roots(root, paths, pythonpath)
 
 
 # ---------------------------------------------------------------- workers
@@ -440,6 +452,8 @@ class ProjectPass:
                 "rechecked": self.rechecked, "context": self.context_files}
 
     def run(self) -> None:
+        if not any(r.summary is not None or r.asked for r in self.results):
+            return  # no file asked about the project nor has a summary: nothing to answer
         index = ProjectIndex()
         self.roots = roots = project_roots(str(self.options.config.root), self.options.paths,
                                            self.options.config.pythonpath)
