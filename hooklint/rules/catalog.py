@@ -459,7 +459,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static', 'runtime'),
   ('checkpoint',),
-  '\\bcheckpoint(?:_wrapper|_sequential)?\\(|apply_activation_checkpointing',
+  'checkpoint(?:(?<=\\bcheckpoint)(?:_wrapper|_sequential)?\\(|(?<=apply_activation_checkpoint)ing)',
   True),
  ('HKL703',
   'stateful-hook-under-checkpoint',
@@ -468,5 +468,5 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static', 'runtime'),
   ('checkpoint',),
-  '\\bcheckpoint(?:_wrapper|_sequential)?\\(|apply_activation_checkpointing',
+  'checkpoint(?:(?<=\\bcheckpoint)(?:_wrapper|_sequential)?\\(|(?<=apply_activation_checkpoint)ing)',
   True))
