@@ -445,7 +445,9 @@ class ProjectPass:
         # files the prefilter ruled out that call another file's wrapper: checked without it
         self.unfiltered: set[int] = set()
         self._searched: set[str] = set()  # names the files' text was searched for
-        self._by_module: dict[str, list[int]] | None = None  # the run's files by module name
+        self._by_last: dict[str, list[int]] | None = None  # the run's files by the last part of their module name
+        self._names_of: dict[int, set[str]] = {}  # the module names of a file, when asked
+        self._path_parts: set[str] | None = None  # every folder name and stem of the run's paths
 
     def figures(self) -> dict[str, int]:
         return {"searched": self.scanned, "summarized": self.summarized, "refined": self.refined,
@@ -528,7 +530,6 @@ class ProjectPass:
         (a constructor, a method found along the bases) keep the text search."""
         if not callees:
             return set()
-        by_module = self._files_by_module()
         done: set[int] = set()
         for _round in range(8):  # each round follows one more import
             wanted: dict[int, set[str]] = {}
@@ -540,7 +541,7 @@ class ProjectPass:
                 for dotted in index.canonical_steps(callee):
                     parts = dotted.split(".")
                     for i in range(1, len(parts)):
-                        for file_index in by_module.get(".".join(parts[:i]), ()):
+                        for file_index in self._files_of_module(".".join(parts[:i])):
                             result = self.results[file_index]
                             if file_index not in done and result.summary is None and not result.parsed \
                                     and not result.findings and not result.notices:
@@ -569,23 +570,40 @@ class ProjectPass:
             left.add(callee)
         return left
 
-    def _files_by_module(self) -> dict[str, list[int]]:
-        """The run's files by the module names they can be imported as."""
-        if self._by_module is None:
+    def _files_of_module(self, module: str) -> list[int]:
+        """The run's files that can be imported as ``module``.  A module name is
+        the end of its file's path (`pkg/sub/mod.py`, `pkg/sub/__init__.py`):
+        the files are indexed by their last name once, and only those ending in
+        ``module``'s last part get their names worked out (a warm run must not
+        compute them for every file)."""
+        if self._by_last is None:
+            by_last: dict[str, list[int]] = {}
+            for i, path in enumerate(self.files):
+                by_last.setdefault(_last_module_part(path), []).append(i)
+            self._by_last = by_last
+        return [i for i in self._by_last.get(module.rpartition(".")[2], ()) if module in self._module_names(i)]
+
+    def _module_names(self, i: int) -> set[str]:
+        names = self._names_of.get(i)
+        if names is None:
             from hooklint.static.callgraph import module_name
 
-            found: dict[str, list[int]] = {}
-            for i, path in enumerate(self.files):
-                for name in {module_name(path), *names_from_roots(path, self.roots)}:
-                    found.setdefault(name, []).append(i)
-            self._by_module = found
-        return self._by_module
+            path = self.files[i]
+            names = self._names_of[i] = {module_name(path), *names_from_roots(path, self.roots)}
+        return names
 
     def _may_define(self, callee: str) -> bool:
         """Can a file of the run be imported under the first part of ``callee``?
-        (`torch.nn.init.normal_` is no function of a project without `torch`.)"""
-        head = callee.partition(".")[0]
-        return any(name.partition(".")[0] == head for name in self._files_by_module())
+        (`torch.nn.init.normal_` is no function of a project without `torch`.)
+        A module's first part is one of the folders of its file's path, or its
+        stem: when no path has it, no file can be."""
+        if self._path_parts is None:
+            parts: set[str] = set()
+            for path in self.files:
+                parts.update(os.path.abspath(path).split(os.sep))
+                parts.add(os.path.basename(path).split(".", 1)[0])
+            self._path_parts = parts
+        return callee.partition(".")[0] in self._path_parts
 
     def _answer(self, index: ProjectIndex, keys: set[str], wrappers: set[str], checked: int) -> None:
         self._search_for(index, keys, wrappers)
@@ -722,6 +740,13 @@ class ProjectPass:
                 self.records[outcome.index] = outcome.record
         index.changed()
         return True
+
+
+def _last_module_part(path: str) -> str:
+    """The last part of the module names ``path`` can be imported as: its
+    stem, or its folder's name for an ``__init__`` file."""
+    stem = os.path.basename(path).split(".", 1)[0]
+    return os.path.basename(os.path.dirname(os.path.abspath(path))) if stem == "__init__" else stem
 
 
 def project_files(root: Path, options: CheckOptions, checked: list[str]) -> list[str]:
