@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from hooklint.engine import CheckOptions, check_one, display_path, ignored_codes, internal_error_result
 from hooklint.files import Walker
 from hooklint.findings import Notice, NoticeLevel
-from hooklint.results_cache import Record, StaticCache, cache_for, read_for_cache
 from hooklint.static.checker import FileResult, check_text, read_checkable
 from hooklint.static.project import (
     APPLY_KEY,
@@ -41,6 +40,8 @@ from hooklint.static.source import SourceError, read_regular_file
 if TYPE_CHECKING:  # imported when a pool starts: a warm run needs neither
     from concurrent.futures import Future
     from multiprocessing.context import BaseContext
+
+    from hooklint.results_cache import Record, StaticCache  # (hashing and the cache folder: runs with a cache)
 
 # Below this many files to check, starting worker processes costs more than it saves.
 MIN_PARALLEL_FILES = 16
@@ -80,6 +81,8 @@ def configure_check(options: CheckOptions, args: argparse.Namespace) -> None:
     options.jobs = args.jobs or default_jobs()
     # `--diff` promises to change nothing on disk, the cache folder included
     if options.config.cache and not getattr(args, "no_cache", False) and not getattr(args, "diff", False):
+        from hooklint.results_cache import cache_for
+
         options.extra["static_cache"] = cache_for(options.config, options.prefilter, options.codes,
                                                   ignore_noqa=options.ignore_noqa)
 
@@ -103,6 +106,8 @@ def check_task(index: int, path: str, options: CheckOptions, graph: Any, expecte
     """Check one file; read it here (not in check_file) when the cache needs its hash."""
     if graph is not None or not for_cache:
         return Outcome(index, _guarded_check(path, options, graph, answers, summarize), None)
+    from hooklint.results_cache import read_for_cache
+
     try:
         data, record = read_for_cache(path)
     except SourceError:
@@ -152,6 +157,8 @@ def scan_task(index: int, path: str, names: tuple[str, ...], for_cache: bool) ->
     summary (its call sites); it is never checked by the rules."""
     try:
         if for_cache:
+            from hooklint.results_cache import read_for_cache
+
             data, record = read_for_cache(path)
         else:
             data, record = read_regular_file(path)[0], None
@@ -186,7 +193,12 @@ def refine_task(index: int, path: str, positions: tuple[tuple[int, int, str], ..
     """The facts of some call sites of a file (the project pass asks for the
     sites on the chains of callers it follows; see ProjectIndex.missing)."""
     try:
-        data, record = read_for_cache(path) if for_cache else (read_regular_file(path)[0], None)
+        if for_cache:
+            from hooklint.results_cache import read_for_cache
+
+            data, record = read_for_cache(path)
+        else:
+            data, record = read_regular_file(path)[0], None
         facts = site_facts_of_source(path, read_checkable(path, data)[0], display_path(path), positions)
     except SourceError:
         return RefineOutcome(index, {}, None)

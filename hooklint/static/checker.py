@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 from hooklint.findings import Applicability, Finding, Location, Notice, NoticeLevel, Related
 from hooklint.rules import rule_class, rule_entries
 from hooklint.rules.base import Rule
-from hooklint.static.noqa import parse_noqa, unknown_noqa_codes
-from hooklint.static.notebook import Notebook, is_notebook, read_notebook
 from hooklint.static.source import SourceError, decode_source, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.static.context import FileContext
+    from hooklint.static.notebook import Notebook
+
+# hooklint.static.notebook.NOTEBOOK_SUFFIX.  Notebooks and `# noqa` comments are read by modules imported
+# when a file needs them: most files are ruled out by the prefilter and need neither.
+_NOTEBOOK_SUFFIX = ".ipynb"
 
 # ast.parse's feature_version accepts nothing older.
 OLDEST_FEATURE_VERSION = (3, 7)
@@ -306,6 +309,8 @@ def _unused_noqa(display: str, text: str, findings: list[Finding], active: froze
 
 def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) -> list[Notice]:
     out = []
+    from hooklint.static.noqa import unknown_noqa_codes
+
     for row, code in unknown_noqa_codes(text, _known_codes()):
         if notebook is not None:
             cell, row, _col = notebook.to_cell(row, 1)
@@ -430,6 +435,8 @@ def _summary_of(ctx: FileContext, result: FileResult) -> dict[str, Any] | None:
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:
     if not findings:
         return findings
+    from hooklint.static.noqa import parse_noqa
+
     noqa = parse_noqa(text)
     return [f for f in findings if not noqa.suppresses(f.code, f.location.row)]
 
@@ -439,7 +446,9 @@ def read_checkable(path: str, data: bytes | None = None) -> tuple[str, Notebook 
     file unless ``data`` is given.  Raises SourceError."""
     if data is None:
         data = read_regular_file(path)[0]
-    if is_notebook(path):
+    if path.lower().endswith(_NOTEBOOK_SUFFIX):  # hooklint.static.notebook.is_notebook, without importing it
+        from hooklint.static.notebook import read_notebook
+
         try:
             raw = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
