@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from hooklint.rules import UnknownRuleError, all_rules, default_codes, expand_selectors
+from hooklint.rules import UnknownRuleError, default_codes, expand_selectors, rule_entries
 
 DEFAULT_EXCLUDES = (
     ".bzr", ".direnv", ".eggs", ".git", ".git-rewrite", ".hg", ".hooklint_cache", ".ipynb_checkpoints", ".mypy_cache",
@@ -104,7 +104,7 @@ def resolve_codes(select: list[str] | None, extend_select: list[str], ignore: li
     on a tie, ``ignore`` wins."""
     enable_selectors = list(select) if select is not None else None
     result: set[str] = set()
-    for rule in all_rules():
+    for rule in rule_entries():
         code = rule.code
         best_len, enabled = -1, False
         if enable_selectors is None:
@@ -129,7 +129,7 @@ def _specificity(selector: str, code: str) -> int | None:
     if sel.startswith("HKL"):
         return len(sel) if code.startswith(sel) else None
     # a rule name
-    for rule in all_rules():
+    for rule in rule_entries():
         if rule.name == selector.strip().lower():
             return 10 if rule.code == code else None
     return None

@@ -83,11 +83,44 @@ def write_docs(folder: Path) -> list[Path]:
     return written
 
 
+CATALOG_PATH = Path(__file__).resolve().parent / "rules" / "catalog.py"
+
+
+def render_catalog() -> str:
+    """``hooklint/rules/catalog.py``: what the driver reads of each rule without
+    importing its module (selection, the prefilter, ``# noqa`` codes)."""
+    from hooklint.rules import catalog_rows
+
+    lines = [
+        '"""Every rule as the driver needs it before importing the rule: generated from',
+        "the rule classes by `python -m hooklint.docs`; do not edit by hand (tests/test_docs.py",
+        "fails when it is stale).  A check imports a rule's module, and the analysis it",
+        'uses, only when a file passes the prefilter."""',
+        "",
+        "# (code, name, module, class, enabled by default, origins, triggers, trigger pattern, static check)",
+    ]
+    import pprint
+
+    lines.append("RULES = " + pprint.pformat(tuple(catalog_rows()), width=116))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_catalog(path: Path = CATALOG_PATH) -> bool:
+    text = render_catalog()
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     folder = Path(args[0]) if args else Path(__file__).resolve().parent.parent / "docs" / "rules"
     for path in write_docs(folder):
         print(f"wrote {path}")
+    if not args and write_catalog():
+        print(f"wrote {CATALOG_PATH}")
     return 0
 
 

@@ -17,6 +17,15 @@ def test_rule_docs_up_to_date():
     )
 
 
+def test_rule_catalog_up_to_date():
+    """The driver selects rules and prefilters files from the generated catalog,
+    without importing the rules: a stale catalog would lose findings."""
+    from hooklint.docs import CATALOG_PATH, render_catalog
+
+    assert CATALOG_PATH.read_text(encoding="utf-8") == render_catalog(), (
+        "hooklint/rules/catalog.py is stale; run `python -m hooklint.docs`")
+
+
 def test_readme_links_every_rule():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     from hooklint.rules import all_rules

@@ -39,9 +39,9 @@ def add_check_options(parser: argparse.ArgumentParser) -> None:
 def graph_rules_enabled(codes) -> bool:
     """Whether any enabled rule reads graph facts: otherwise no model is imported."""
     from hooklint.findings import Origin
-    from hooklint.rules import get_rule
+    from hooklint.rules import rule_entries
 
-    return any(Origin.GRAPH in get_rule(code).origins for code in codes)
+    return any(Origin.GRAPH.value in rule.origins for rule in rule_entries() if rule.code in codes)
 
 
 def configure_check(options, args: argparse.Namespace) -> None:

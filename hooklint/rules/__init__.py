@@ -7,7 +7,8 @@ from functools import lru_cache
 
 from hooklint.rules.base import Invalid, Rule
 
-__all__ = ["Invalid", "Rule", "all_rules", "get_rule", "expand_selectors", "UnknownRuleError"]
+__all__ = ["Invalid", "Rule", "RuleEntry", "all_rules", "rule_entries", "rule_class", "get_rule", "expand_selectors",
+           "UnknownRuleError"]
 
 _RULE_MODULES = (
     "hooklint.rules.syntax_error",
@@ -58,6 +59,57 @@ class UnknownRuleError(ValueError):
     pass
 
 
+class RuleEntry:
+    """A rule as the driver sees it before importing it (``hooklint/rules/catalog.py``):
+    enough to select rules, prefilter files and judge ``# noqa`` codes.  A
+    rule's module (and the analysis it imports) is loaded when a file passes
+    the prefilter for the rules (:func:`rule_class`)."""
+
+    __slots__ = ("code", "name", "module", "class_name", "default_enabled", "origins", "triggers",
+                 "trigger_pattern", "static")
+
+    def __init__(self, code: str, name: str, module: str, class_name: str, default_enabled: bool,
+                 origins: tuple[str, ...], triggers: tuple[str, ...], trigger_pattern: str | None, static: bool):
+        self.code, self.name, self.module, self.class_name = code, name, module, class_name
+        self.default_enabled, self.origins, self.static = default_enabled, origins, static
+        self.triggers, self.trigger_pattern = triggers, trigger_pattern
+
+    def as_row(self) -> tuple:
+        return (self.code, self.name, self.module, self.class_name, self.default_enabled, self.origins,
+                self.triggers, self.trigger_pattern, self.static)
+
+
+@lru_cache(maxsize=None)
+def rule_entries() -> tuple[RuleEntry, ...]:
+    """Every rule, by code, from the generated catalog (no rule module imported)."""
+    from hooklint.rules.catalog import RULES
+
+    return tuple(RuleEntry(*row) for row in RULES)
+
+
+@lru_cache(maxsize=None)
+def _entries_by_code() -> dict[str, RuleEntry]:
+    return {entry.code: entry for entry in rule_entries()}
+
+
+def rule_class(code: str) -> type[Rule]:
+    """The class of rule ``code``, importing its module only."""
+    import importlib
+
+    entry = _entries_by_code()[code]
+    return getattr(importlib.import_module(entry.module), entry.class_name)
+
+
+def catalog_rows() -> list[tuple]:
+    """The catalog as the rule classes say it should be (``python -m hooklint.docs`` writes it)."""
+    rows = []
+    for rule in all_rules():
+        rows.append((rule.code, rule.name, rule.__module__, rule.__qualname__, rule.default_enabled,
+                     tuple(o.value for o in rule.origins), tuple(rule.triggers), rule.trigger_pattern,
+                     rule.check is not Rule.check))
+    return rows
+
+
 @lru_cache(maxsize=None)
 def all_rules() -> tuple[type[Rule], ...]:
     import importlib
@@ -80,9 +132,9 @@ def all_rules() -> tuple[type[Rule], ...]:
 
 def get_rule(code_or_name: str) -> type[Rule]:
     key = code_or_name.strip()
-    for rule in all_rules():
-        if rule.code == key.upper() or rule.name == key.lower():
-            return rule
+    for entry in rule_entries():
+        if entry.code == key.upper() or entry.name == key.lower():
+            return rule_class(entry.code)
     raise UnknownRuleError(f"unknown rule {code_or_name!r} (see `hooklint rule --all`)")
 
 
@@ -100,7 +152,7 @@ def expand_selectors(selectors: list[str] | tuple[str, ...]) -> set[str]:
         upper = sel.upper()
         if _SELECTOR_RE.match(upper):
             prefix = "HKL" if upper == "ALL" else upper
-            matched = {r.code for r in all_rules() if r.code.startswith(prefix)}
+            matched = {r.code for r in rule_entries() if r.code.startswith(prefix)}
             if not matched:
                 raise UnknownRuleError(f"selector {sel!r} matches no rule (see `hooklint rule --all`)")
             codes |= matched
@@ -110,4 +162,4 @@ def expand_selectors(selectors: list[str] | tuple[str, ...]) -> set[str]:
 
 
 def default_codes() -> set[str]:
-    return {r.code for r in all_rules() if r.default_enabled}
+    return {r.code for r in rule_entries() if r.default_enabled}

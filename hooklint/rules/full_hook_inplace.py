@@ -186,11 +186,12 @@ class FullHookInplace(Rule):
         for reg in ctx.hooks.instances_by_kind(HookKind.FULL_BACKWARD, HookKind.FULL_BACKWARD_PRE):
             if reg.is_global or reg.receiver is None:
                 continue
-            from hooklint.graph.link import modules_for  # on first use: most runs never get here
+            pairs, links = [], []
+            if ctx.graph is not None:  # the graph layer is imported only when it ran
+                from hooklint.graph.link import modules_for
 
-            pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
-            links = []
-            if reg.receiver_origin is None:
+                pairs = [(model, m) for model, m in modules_for(ctx, module_expr(reg)) if m.calls]
+            if ctx.graph is not None and reg.receiver_origin is None:
                 # the caller's model, built by another checked file (a pruner, an explainer)
                 from hooklint.graph.linked import hooked_pairs, links_for
 

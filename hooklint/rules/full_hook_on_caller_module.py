@@ -240,6 +240,8 @@ def _judged_by_graph(ctx: FileContext, reg: Registration) -> bool:
     here: an in-place op after a module this registration certainly hooks is
     HKL403's (reported there, with the op); no in-place op after any module
     the project can hook here (every call linked) proves the risk absent."""
+    if ctx.graph is None:  # no links without graph facts (and the graph layer is not imported)
+        return False
     from hooklint.graph.linked import all_pairs, full_hook_breaker, hooked_pairs, links_for
 
     links = links_for(ctx, reg.call)

@@ -310,7 +310,9 @@ def _inplace_after(ctx: FileContext, reg: Registration) -> _Inplace:
     itself (the user's code receives its output) or a global hook."""
     if reg.is_global or reg.receiver is None:
         return _Inplace.UNKNOWN
-    from hooklint.graph.link import modules_for  # on first use: most runs never get here
+    if ctx.graph is None:  # no graph facts: the graph layer is not even imported
+        return _Inplace.IN_SOURCE if _inplace_in_source(ctx, reg) else _Inplace.UNKNOWN
+    from hooklint.graph.link import modules_for
 
     pairs = [(model, module) for model, module in modules_for(ctx, reg.receiver) if module.calls]
     if not pairs and reg.receiver_origin is None:
@@ -338,6 +340,8 @@ def _graph_note(ctx: FileContext, group: list[Registration]) -> str:
     them single ops whose grad_input starts with the module's input gradient
     (legacy-safe: deprecated, not wrong), or an in-place op after one (a full
     backward hook there would fail the forward)."""
+    if ctx.graph is None:  # nothing to say without graph facts (and the graph layer is not imported)
+        return ""
     from hooklint.graph.link import modules_for
     from hooklint.graph.linked import all_pairs, hooked_pairs, links_for, via_text
 

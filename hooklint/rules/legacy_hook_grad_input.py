@@ -253,12 +253,13 @@ class LegacyHookGradInput(Rule):
             return None
         first = uses[0]
         what = _use_kind(first)
-        from hooklint.graph.link import modules_for  # on first use: most runs never get here
+        pairs, links = [], []
+        if ctx.graph is not None:  # the graph layer is imported only when it ran
+            from hooklint.graph.link import modules_for
 
-        receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
-        pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
-        links = []
-        if reg.receiver_origin is None:
+            receiver = reg.receiver_origin if reg.receiver_origin is not None else reg.receiver
+            pairs = [(model, m) for model, m in modules_for(ctx, receiver) if m.calls and m.bound is not None]
+        if ctx.graph is not None and reg.receiver_origin is None:
             from hooklint.graph.linked import links_for
 
             links = links_for(ctx, reg.call)

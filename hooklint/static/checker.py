@@ -15,15 +15,20 @@ import unicodedata
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hooklint.findings import Applicability, Finding, Location, Notice, NoticeLevel, Related
-from hooklint.rules import all_rules
+from hooklint.rules import rule_class, rule_entries
 from hooklint.rules.base import Rule
-from hooklint.static.context import FileContext
-from hooklint.static.noqa import parse_noqa, unknown_noqa_codes
-from hooklint.static.notebook import Notebook, is_notebook, read_notebook
 from hooklint.static.source import SourceError, decode_source, read_regular_file
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hooklint.static.context import FileContext
+    from hooklint.static.notebook import Notebook
+
+# hooklint.static.notebook.NOTEBOOK_SUFFIX.  Notebooks and `# noqa` comments are read by modules imported
+# when a file needs them: most files are ruled out by the prefilter and need neither.
+_NOTEBOOK_SUFFIX = ".ipynb"
 
 # ast.parse's feature_version accepts nothing older.
 OLDEST_FEATURE_VERSION = (3, 7)
@@ -67,7 +72,9 @@ class FileResult:
 
 @lru_cache(maxsize=64)
 def _static_rules(codes: frozenset[str]) -> tuple[Rule, ...]:
-    return tuple(rule() for rule in all_rules() if rule.code in codes and rule.check is not Rule.check)
+    """The rules with a static check among ``codes``, by code: their modules (and
+    the analysis they use) are imported here, once a file passed the prefilter."""
+    return tuple(rule_class(entry.code)() for entry in rule_entries() if entry.code in codes and entry.static)
 
 
 @dataclass(frozen=True)
@@ -82,9 +89,9 @@ def _prefilter(codes: frozenset[str]) -> _Prefilter:
     words: set[str] = set()
     patterned: dict[tuple[tuple[str, ...], str], re.Pattern[str]] = {}
     # rules judged by the driver after the others (HKL003) have trigger words too
-    driver_rules = tuple(rule for rule in all_rules() if rule.code in codes and rule.check is Rule.check
-                         and rule.triggers)
-    for rule in (*_static_rules(codes), *driver_rules):
+    for rule in rule_entries():
+        if rule.code not in codes or not (rule.static or rule.triggers):
+            continue
         if rule.trigger_pattern is None:
             words.update(rule.triggers)
         else:
@@ -234,6 +241,8 @@ def check_text(
         return result
     tree, text, syntax_findings = parsed
     result.parsed = True
+    from hooklint.static.context import FileContext  # the analysis is loaded once a file needs it
+
     ctx = FileContext(path, text, tree, display_path=display, graph=graph, project_answers=project_answers)
     try:
         findings = _run_rules(ctx, active, result)
@@ -292,14 +301,16 @@ def _unused_noqa(display: str, text: str, findings: list[Finding], active: froze
     from hooklint.rules.unused_noqa import UnusedNoqaRule
 
     decided = frozenset(
-        rule.code for rule in all_rules() if rule.code in active
-        and (rule.check is not Rule.check or rule.code in ("HKL001", "HKL002"))
-        and (graph is not None or Origin.GRAPH not in rule.origins))
+        rule.code for rule in rule_entries() if rule.code in active
+        and (rule.static or rule.code in ("HKL001", "HKL002"))
+        and (graph is not None or Origin.GRAPH.value not in rule.origins))
     return UnusedNoqaRule.report(display, text, findings, decided)
 
 
 def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) -> list[Notice]:
     out = []
+    from hooklint.static.noqa import unknown_noqa_codes
+
     for row, code in unknown_noqa_codes(text, _known_codes()):
         if notebook is not None:
             cell, row, _col = notebook.to_cell(row, 1)
@@ -314,7 +325,7 @@ def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) ->
 
 @lru_cache(maxsize=1)
 def _known_codes() -> frozenset[str]:
-    return frozenset(rule.code for rule in all_rules())
+    return frozenset(rule.code for rule in rule_entries())
 
 
 def _drop_broken_cells(text: str, notebook: Notebook, display: str, target: tuple[int, int] | None,
@@ -424,6 +435,8 @@ def _summary_of(ctx: FileContext, result: FileResult) -> dict[str, Any] | None:
 def apply_noqa(text: str, findings: list[Finding]) -> list[Finding]:
     if not findings:
         return findings
+    from hooklint.static.noqa import parse_noqa
+
     noqa = parse_noqa(text)
     return [f for f in findings if not noqa.suppresses(f.code, f.location.row)]
 
@@ -433,7 +446,9 @@ def read_checkable(path: str, data: bytes | None = None) -> tuple[str, Notebook 
     file unless ``data`` is given.  Raises SourceError."""
     if data is None:
         data = read_regular_file(path)[0]
-    if is_notebook(path):
+    if path.lower().endswith(_NOTEBOOK_SUFFIX):  # hooklint.static.notebook.is_notebook, without importing it
+        from hooklint.static.notebook import read_notebook
+
         try:
             raw = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:

@@ -273,6 +273,33 @@ class ProjectIndex:
             return self.canonical(".".join([target] + parts[i + 1:]), depth + 1)
         return None
 
+    def canonical_steps(self, name: str) -> list[str]:
+        """The dotted names :meth:`canonical` looks modules up for, in order:
+        ``name``, then the name each import it follows leads to (as far as the
+        modules known so far go)."""
+        steps = [name]
+        for _depth in range(7):
+            parts = name.split(".")
+            following = None
+            for i in range(len(parts) - 1, 0, -1):
+                module = ".".join(parts[:i])
+                summary = self.modules.get(module)
+                if summary is None:
+                    continue
+                local = ".".join(parts[i:])
+                if local in summary["functions"] or local in summary["classes"]:
+                    return steps
+                target = summary["imports"].get(parts[i])
+                if target is None or target == module:
+                    return steps
+                following = ".".join([target] + parts[i + 1:])
+                break
+            if following is None:
+                return steps
+            name = following
+            steps.append(name)
+        return steps
+
     def lookup_method(self, cls: str, method: str, skip_self: bool = False, depth: int = 0) -> str | None:
         """``cls.method`` found along the class's bases (depth first)."""
         if depth > 8:

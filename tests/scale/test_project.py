@@ -302,3 +302,52 @@ def test_a_wrappers_caller_is_checked_and_cached_with_the_wrapper(tmp_path, monk
     (tmp_path / "hooklib.py").write_text(textwrap.dedent(KEEPING_LIBRARY))
     edited, _ = check(tmp_path)
     assert leaks(edited) == []
+
+
+def test_a_helper_re_exported_twice_is_found_along_its_modules_only(tmp_path, monkeypatch):
+    """HKL701 asks what `pkg.attach(model.fc)` registers: `pkg/__init__.py`
+    re-exports it from `pkg.sub`, which re-exports it from `pkg.sub.helpers`.
+    Neither `__init__.py` says a hook word (the prefilter rules them out), so
+    the project pass summarizes them; the other files that say `attach` but
+    cannot be on the way (`attach` as an identifier in a module of another
+    name) are not summarized for it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg.sub import attach\n")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("from .helpers import attach\n")
+    (tmp_path / "pkg" / "sub" / "helpers.py").write_text(textwrap.dedent('''\
+        def _record(module, inputs, output):
+            print(output.shape)
+
+
+        def attach(module):
+            return module.register_forward_hook(_record)
+        '''))
+    for i in range(3):  # they name `attach` and nothing of the project
+        (tmp_path / f"other{i}.py").write_text("def attach(x):\n    return x\n\n\nattach(1)\n")
+    (tmp_path / "train.py").write_text(textwrap.dedent('''\
+        import torch
+        import torch.nn as nn
+        import pkg
+
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 4)
+
+            def forward(self, x):
+                return self.fc(x)
+
+
+        def main():
+            model = Net()
+            compiled = torch.compile(model)
+            x = torch.randn(2, 4)
+            compiled(x)
+            pkg.attach(model.fc)
+            compiled(x)
+        '''))
+    report, options = check(tmp_path, cache=False)
+    assert [(f.path, f.location.row) for f in report.findings if f.code == "HKL701"] == [("train.py", 20)]
+    assert options.extra["project_pass"]["summarized"] == 2  # the two __init__.py, not other*.py

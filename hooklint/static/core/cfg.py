@@ -173,11 +173,22 @@ class CFG:
         return not (exceptional and RAISE in seen)
 
     def some_path_reaches(self, start: ast.AST, target: ast.AST) -> bool:
-        """Can ``target`` run after ``start`` (normal and exceptional edges)?"""
-        starts = self.nodes_of(start)
-        nexts = [n for s in starts for n in self.nodes[s].succ + self.nodes[s].exc]
+        """Can ``target`` run after ``start`` (normal and exceptional edges)?
+        The search stops at the first node of ``target`` it meets."""
         targets = set(self.nodes_of(target))
-        return bool(targets & self._forward(nexts))
+        stack = [n for s in self.nodes_of(start) for n in self.nodes[s].succ + self.nodes[s].exc]
+        seen: set[int] = set()
+        while stack:
+            cur = stack.pop()
+            if cur in targets:
+                return True
+            if cur in seen:
+                continue
+            seen.add(cur)
+            node = self.nodes[cur]
+            stack.extend(node.succ)
+            stack.extend(node.exc)
+        return False
 
     def statements_between(self, start: ast.AST, through: Iterable[ast.AST]) -> list[ast.AST]:
         """The statements (and headers) that can run after ``start`` before
