@@ -72,7 +72,11 @@ class Site:
     function: str
 
     def code(self) -> str | None:
-        text = linecache.getline(self.file, self.line).strip()
+        """The line, without its trailing comment: what the cached facts are keyed
+        on (hooklint.graph.code_text), so a comment edited there keeps them right."""
+        from hooklint.graph.code_text import without_comment
+
+        text = without_comment(linecache.getline(self.file, self.line)).strip()
         return text or None
 
 
