@@ -312,3 +312,40 @@ def test_a_crash_is_cached_with_the_modules_it_imported(tmp_path, monkeypatch):
     monkeypatch.undo()
     third, facts, notices = _run([str(path)], tmp_path)
     assert third.imported == [str(path)] and not notices and facts[str(path)].models
+
+
+DECORATED = """
+import torch.nn as nn
+
+
+def plain(cls):
+    return cls
+
+
+def wide(cls):
+    cls.WIDTH = 4
+    return cls
+
+
+@plain
+class Net(nn.Module):
+    WIDTH = 2
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, self.WIDTH)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_a_changed_decorator_analyses_again(tmp_path):
+    """A decorated definition starts at its first decorator: the plan's digest covers it."""
+    path = tmp_path / "model.py"
+    path.write_text(DECORATED, encoding="utf-8")
+    _run([str(path)], tmp_path)
+    path.write_text(DECORATED.replace("@plain", "@wide"), encoding="utf-8")
+    again, facts, _ = _run([str(path)], tmp_path)
+    assert again.imported == [str(path)]
+    assert facts[str(path)].models[0].module("fc").bound.grad_input[0] == (4,)
