@@ -86,8 +86,9 @@ class Runs:
         self.load.append(os.getloadavg()[0])
 
     def row(self) -> str:
-        return (f"{min(self.wall):.2f} / {statistics.median(self.wall):.2f} s, CPU {statistics.median(self.cpu):.2f} s, "
-                f"imported {self.imported}/{len(self.wall)}, load {min(self.load):.1f}-{max(self.load):.1f}")
+        return (f"{min(self.wall):.2f} / {statistics.median(self.wall):.2f} s, "
+                f"CPU {statistics.median(self.cpu):.2f} s, imported {self.imported}/{len(self.wall)}, "
+                f"load {min(self.load):.1f}-{max(self.load):.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

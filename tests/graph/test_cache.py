@@ -124,8 +124,8 @@ def test_a_comment_that_moves_code_lines_analyses_again_and_the_lines_are_right(
     _first, facts, _ = _run([model], project)
     op = facts[model].models[0].module("block.fc").bound
     assert (os.path.basename(op.file), op.line, op.code) == ("blocks.py", 11, "return self.fc(x)")
-    (project / "blocks.py").write_text(_blocks().replace("    def forward", "    # one line\n    # two\n"
-                                                                         "    def forward"), encoding="utf-8")
+    moved = _blocks().replace("    def forward", "    # one line\n    # two\n    def forward")
+    (project / "blocks.py").write_text(moved, encoding="utf-8")
     again, facts, _ = _run([model], project)
     assert again.imported == [model]
     op = facts[model].models[0].module("block.fc").bound
