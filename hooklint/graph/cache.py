@@ -4,7 +4,11 @@ An entry is keyed by the file's content and path, hooklint's version, torch's
 version, the Python version and the parts of the configuration that change
 facts (``models``, ``memory-limit``, ``timeout``, ``pythonpath``, ``sandbox``).
 It also records the content hashes of the user's own modules the file
-imported (``deps``), and the modification time and size of every other file
+imported (``deps``), with a digest of the lines of each that hold code
+(``code``, :mod:`hooklint.graph.code_text`): a module whose bytes changed but
+whose code lines did not (a comment added or reworded, blank lines at its
+end) still matches, so a comment in a model file does not make every file
+that imports it build its models again.  It also records the modification time and size of every other file
 the analysis imported beyond torch and hooklint (``stamps``: installed
 packages such as timm); an entry whose deps or stamps changed is ignored.
 Each file is analysed in a process of its own (hooklint.sandbox.zygote), so
@@ -25,6 +29,7 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -44,6 +49,14 @@ def file_digest(path: str | Path) -> str | None:
         return None
 
 
+@dataclass
+class Entry:
+    value: Any
+    deps: dict[str, str]  # each file's digest now (it may differ from the stored one by comments only)
+    environment: bool
+    stamps: dict[str, list[int]]
+
+
 class GraphCache:
     def __init__(self, folder: Path, torch_version: str, config_key: Any):
         self.folder = folder
@@ -52,6 +65,7 @@ class GraphCache:
         self.error: str | None = None
         self._digests: dict[str, str | None] = {}
         self._stamps: dict[str, list[int] | None] = {}
+        self._codes: dict[str, str | None] = {}
         self._environment: list[list[Any]] | None = None
 
     def key(self, what: Any) -> str:
@@ -66,21 +80,30 @@ class GraphCache:
         is none, its dependencies changed, or it does not decode (a value of
         another shape: an entry of another hooklint, or a forged one)."""
         found = self.get_entry(key)
-        if found is None or found[0] is None:
+        if found is None or found.value is None:
             return None
         try:
-            return decode(found[0])
+            return decode(found.value)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
-    def get_entry(self, key: str) -> tuple[Any, dict[str, str], bool] | None:
-        """(value, deps, whether it depends on the installed packages) of a valid entry."""
+    def get_entry(self, key: str) -> "Entry | None":
+        """A valid entry: its value, its deps as they are now, whether it depends
+        on the installed packages, its stamps."""
         entry = load_summed_json(self._entry_path(key))
         if not isinstance(entry, dict):
             return None
         deps = entry.get("deps", {})
-        if not isinstance(deps, dict) or any(self._digest(p) != digest for p, digest in deps.items()):
+        codes = entry.get("code", {})
+        if not isinstance(deps, dict) or not isinstance(codes, dict):
             return None
+        current: dict[str, str] = {}
+        for path, digest in deps.items():
+            now = self._digest(path)
+            # the same bytes, or other bytes with the same lines of code (a comment edited)
+            if now is None or (now != digest and (not codes.get(path) or self._code(path) != codes[path])):
+                return None
+            current[path] = now
         stamps = entry.get("stamps", {})
         if not isinstance(stamps, dict) or any(self._stamp(p) != stamp for p, stamp in stamps.items()):
             return None
@@ -89,13 +112,30 @@ class GraphCache:
                 self._environment = environment_stamp()
             if entry["environment"] != self._environment:
                 return None
-        return entry.get("value"), deps, "environment" in entry
+        return Entry(entry.get("value"), current, "environment" in entry, stamps)
 
     def _digest(self, path: str) -> str | None:
         """A file's digest, once per run (many entries share the same modules)."""
         if path not in self._digests:
             self._digests[path] = file_digest(path)
         return self._digests[path]
+
+    def _code(self, path: str) -> str | None:
+        """The digest of a file's lines of code, once per run, from the bytes
+        :meth:`_digest` saw (None: unreadable, not Python, or changed since)."""
+        if path not in self._codes:
+            from hooklint.graph.code_text import code_digest
+            from hooklint.static.source import SourceError, decode_source
+
+            self._codes[path] = None
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+                if hashlib.sha256(data).hexdigest() == self._digest(path):
+                    self._codes[path] = code_digest(decode_source(data))
+            except (OSError, SourceError, ValueError):
+                pass
+        return self._codes[path]
 
     def _stamp(self, path: str) -> list[int] | None:
         if path not in self._stamps:
@@ -113,6 +153,9 @@ class GraphCache:
         if self.error is not None:
             return
         entry: dict[str, Any] = {"deps": deps, "value": value}
+        # each dep's lines of code, read now: only for a file that still has the bytes the analysis read
+        codes = {path: self._code(path) for path, digest in deps.items() if self._digest(path) == digest}
+        entry["code"] = {path: code for path, code in codes.items() if code}
         if stamps:
             entry["stamps"] = {path: stamp for path, stamp in stamps.items() if path not in deps}
         if environment:

@@ -17,7 +17,7 @@ Each candidate says where it came from; the first the forward accepts is used.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -140,13 +140,17 @@ def conv_candidates(model: nn.Module) -> list[tuple[tuple[int, ...], str]]:
     return [((channels, side, side), f"{first[0]}, in_channels={channels}") for side in (32, 224)]
 
 
-def image_candidates(model: nn.Module) -> list[tuple[tuple[Any, ...], str]]:
-    """Example input tuples, declared sizes first, then the data code's."""
+def image_candidates(model: nn.Module) -> list[tuple[Callable[[], tuple[Any, ...]], str]]:
+    """Example input tuples (each made when called), declared sizes first, then the data code's."""
     out = []
     seen = set()
     for shape, why in declared_candidates(model) + hinted_candidates(model) + conv_candidates(model):
         if shape in seen:
             continue
         seen.add(shape)
-        out.append(((torch.randn((2, *shape)),), f"derived from {why}"))
+        out.append((_images(shape), f"derived from {why}"))
     return out
+
+
+def _images(shape: tuple[int, ...]) -> Callable[[], tuple[Any, ...]]:
+    return lambda: (torch.randn((2, *shape)),)

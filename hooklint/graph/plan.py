@@ -718,10 +718,23 @@ def plan_digest(plan: Plan, text: str) -> str:
     still hold."""
     import hashlib
 
-    lines = text.splitlines()
-    # each kept top-level statement's lines, with their numbers (cheaper than dumping the tree)
-    parts = [f"{stmt.lineno}-{stmt.end_lineno}:" + "\n".join(lines[stmt.lineno - 1:stmt.end_lineno or stmt.lineno])
-             for stmt in plan.sanitized.tree.body]
+    from bisect import bisect_left, bisect_right
+
+    from hooklint.graph.code_text import code_lines
+
+    # each kept top-level statement's lines of code, with their numbers (cheaper than dumping the
+    # tree); comments and blank lines between them do not count, a line moved to another number does
+    coded = code_lines(text)
+    if coded is None:
+        coded = list(enumerate(text.splitlines(), 1))
+    rows = [row for row, _ in coded]
+    parts = []
+    for stmt in plan.sanitized.tree.body:
+        # (a decorated definition starts at its first decorator)
+        first = min([stmt.lineno] + [d.lineno for d in getattr(stmt, "decorator_list", ())])
+        last = stmt.end_lineno or stmt.lineno
+        kept = coded[bisect_left(rows, first):bisect_right(rows, last)]
+        parts.append(f"{first}-{last}:" + "\n".join(f"{row}\t{line}" for row, line in kept))
     parts.append(repr(plan.data_hint))
     parts += [f"{c.text}@{c.line}:{c.kind}" for c in plan.calls]
     parts += [repr((f.name, f.line, f.returns, f.fixture)) for f in plan.factories]

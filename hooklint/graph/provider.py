@@ -424,14 +424,15 @@ def provide_graph_facts(files: list[str], config: Config, *, use_cache: bool = T
             pkey = cache.key({"file": os.path.realpath(path), "plan": plan_digest(plan, text)}) if cache else None
             planned_keys[path] = pkey
             entry = cache.get_entry(pkey) if cache and pkey else None
-            found = _cached_file_facts_or_none(entry[0]) if entry is not None else None
+            found = _cached_file_facts_or_none(entry.value) if entry is not None else None
             if found is not None:
                 found.path = _display(path)
                 found.cached = True
                 facts[path] = found
                 run.cached.append(path)
-                if key is not None and cache is not None:
-                    cache.put(key, entry[0], entry[1], environment=entry[2])  # this content, next time
+                if key is not None and cache is not None and entry is not None:
+                    # this content, next time (with the deps' digests of now: no tokenizing next time)
+                    cache.put(key, entry.value, entry.deps, environment=entry.environment, stamps=entry.stamps)
                 continue
             todo.append(path)
         else:

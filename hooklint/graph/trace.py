@@ -72,7 +72,11 @@ class Site:
     function: str
 
     def code(self) -> str | None:
-        text = linecache.getline(self.file, self.line).strip()
+        """The line, without its trailing comment: what the cached facts are keyed
+        on (hooklint.graph.code_text), so a comment edited there keeps them right."""
+        from hooklint.graph.code_text import without_comment
+
+        text = without_comment(linecache.getline(self.file, self.line)).strip()
         return text or None
 
 
@@ -915,9 +919,19 @@ def qualname_at(filename: str, line: int) -> str | None:
 
 @dataclass
 class InputCandidates:
-    """Example inputs to try in order, each with where it came from."""
+    """Example inputs to try in order, each with where it came from.  An entry's
+    inputs may be a function that makes them: most models run on the first
+    candidate, and making all of them up front (images of four sides for each
+    of four first layers) took most of a small model's analysis."""
 
-    tuples: list[tuple[tuple[Any, ...], str]]
+    entries: list[tuple[tuple[Any, ...] | Callable[[], tuple[Any, ...]], str]]
+
+    @property
+    def tuples(self) -> Iterator[tuple[tuple[Any, ...], str]]:
+        """(inputs, origin) in order, each made when it is reached (the random
+        values are the same as when all were made first, in this order)."""
+        for inputs, origin in self.entries:
+            yield (inputs() if callable(inputs) else inputs), origin
 
 
 _MAX_LAYERS_TRIED = 4
@@ -997,6 +1011,10 @@ def _make(shape: tuple[int, ...], dtype: torch.dtype, high: int | None) -> torch
     return torch.randint(0, max(1, high or 2), shape, dtype=dtype)
 
 
+def _maker(shape: tuple[int, ...], dtype: torch.dtype, high: int | None) -> Callable[[], tuple[Any, ...]]:
+    return lambda: (_make(shape, dtype, high),)
+
+
 def forward_arity(model: nn.Module) -> int | None:
     """Required positional inputs of ``forward`` (None when it takes *args)."""
     import inspect
@@ -1035,9 +1053,9 @@ def input_candidates(model: nn.Module, trace: FxTrace | None) -> InputCandidates
         assert spec is not None
         what, shapes = spec
         source = f"{path} ({type(layer).__name__}, {what})" if path else f"the layer itself ({what})"
-        tuples += [((_make(shape, dtype, high),), f"derived from {source}") for shape, dtype, high in shapes]
+        tuples += [(_maker(shape, dtype, high), f"derived from {source}") for shape, dtype, high in shapes]
     if not tuples:
-        tuples.append(((torch.randn(2, 8),),
+        tuples.append((lambda: (torch.randn(2, 8),),
                        "guessed (no first layer with in_features, in_channels or num_embeddings)"))
     return InputCandidates(tuples)
 

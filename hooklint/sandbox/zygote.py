@@ -23,6 +23,7 @@ process per file.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -71,6 +72,10 @@ def serve(requests: Iterable[str], send: Callable[[dict[str, Any]], None], handl
     """Answer each request line (JSON) with ``handle`` in a fresh child.
     ``prepare(request)`` runs here first: work that runs no user code and that
     later children can reuse (it is inherited by the fork)."""
+    # Out of the collector's sight from now on: in a child, a full collection would
+    # write to every object torch made here and copy each page it is on (0.1 to 0.15 s
+    # of a small model file's analysis); frozen, the objects are shared as forked.
+    gc.freeze()
     count = 0
     for line in requests:
         request = json.loads(line)
@@ -118,6 +123,10 @@ def _fork_and_relay(request: dict[str, Any], send, handle: Handler, status: Stat
                     close_in_child: tuple[int, ...]) -> None:
     read_fd, write_fd = os.pipe()
     zygote = os.getpid()
+    # What this process made since the last fork (the parsing of `prepare`), collected
+    # and then out of the collector's sight too (see `serve`); cheap: frozen objects are not traversed
+    gc.collect()
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read_fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -88,6 +89,101 @@ def test_a_changed_dependency_imports_again(project):
     changed, facts, _ = _run([model], project)
     assert changed.imported == [model], "blocks.py changed: the cached facts are stale"
     assert facts[model].models[0].module("block.fc").bound.grad_input[0] == (3,)
+
+
+def _blocks(width: int = 2) -> str:
+    return textwrap.dedent(BLOCKS.format(width=width))
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda text: text + "# a comment at the end\n\n\n", id="comment-and-blank-lines-at-the-end"),
+    pytest.param(lambda text: text.replace("return self.fc(x)", "return self.fc(x)  # the only layer"),
+                 id="comment-after-code"),
+    pytest.param(lambda text: text.replace("\n\n    def forward", "\n    # the forward\n    def forward"),
+                 id="comment-line-in-place-of-a-blank-line"),
+])
+def test_a_comment_in_a_dependency_reuses_the_facts(project, monkeypatch, edit):
+    """A dependency's bytes changed, its lines of code did not: the facts of the
+    file that imports it still hold (keyed on what can change the built model)."""
+    model = str(project / "model.py")
+    _first, facts, _ = _run([model], project)
+    edited = edit(_blocks())
+    assert edited != _blocks() and len(edited.splitlines()) >= len(_blocks().splitlines())
+    (project / "blocks.py").write_text(edited, encoding="utf-8")
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, cached, _ = _run([model], project)
+    assert second.imported == [] and second.cached == [model]
+    assert [m.to_dict() for m in cached[model].models] == [m.to_dict() for m in facts[model].models]
+    # stored again with the new bytes: the next run matches them without reading the code lines
+    third, _, _ = _run([model], project)
+    assert third.cached == [model]
+
+
+def test_a_comment_that_moves_code_lines_analyses_again_and_the_lines_are_right(project):
+    model = str(project / "model.py")
+    _first, facts, _ = _run([model], project)
+    op = facts[model].models[0].module("block.fc").bound
+    assert (os.path.basename(op.file), op.line, op.code) == ("blocks.py", 11, "return self.fc(x)")
+    moved = _blocks().replace("    def forward", "    # one line\n    # two\n    def forward")
+    (project / "blocks.py").write_text(moved, encoding="utf-8")
+    again, facts, _ = _run([model], project)
+    assert again.imported == [model]
+    op = facts[model].models[0].module("block.fc").bound
+    assert (op.line, op.code) == (13, "return self.fc(x)")
+    assert (project / "blocks.py").read_text().splitlines()[op.line - 1].strip() == op.code
+
+
+def test_a_comment_after_the_code_of_a_line_the_facts_quote_is_not_quoted(project, monkeypatch):
+    """Ops quote their line without its comment, so the facts are the same with
+    or without one (and the cached ones stay right)."""
+    model = str(project / "model.py")
+    (project / "blocks.py").write_text(_blocks().replace("return self.fc(x)", "return self.fc(x)  # the layer"),
+                                       encoding="utf-8")
+    _first, facts, _ = _run([model], project)
+    ops = facts[model].models[0].module("block.fc").ops
+    assert {op.code for op in ops} == {"return self.fc(x)"}
+    (project / "blocks.py").write_text(_blocks(), encoding="utf-8")
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, cached, _ = _run([model], project)
+    assert second.cached == [model] and cached[model].models[0].module("block.fc").ops == ops
+
+
+def test_code_that_changes_the_model_is_not_taken_for_a_comment(project, monkeypatch):
+    model = str(project / "model.py")
+    _run([model], project)
+    blocks = project / "blocks.py"
+    for edited in (
+        _blocks(3),  # a layer's size
+        _blocks().replace("return self.fc(x)", "return self.fc(x).relu_()"),  # an in-place op
+        _blocks().replace("class Block", '"""Blocks."""\nclass Block').replace("\nimport", "import", 1),  # docstring
+        _blocks().replace("return self.fc(x)", "return self.fc(x)  # type: (Tensor) -> Tensor"),  # read by TorchScript
+        _blocks().replace("return self.fc(x)", "return self.fc( x )"),  # other spacing: the quoted line changes
+    ):
+        blocks.write_text(edited, encoding="utf-8")
+        monkeypatch.setattr(WorkerPool, "get", _wanted)
+        with pytest.raises(_WorkerWanted):
+            _run([model], project)
+        monkeypatch.undo()
+    blocks.write_text(_blocks().replace("return self.fc(x)", "return self.fc(x).relu_()"), encoding="utf-8")
+    changed, facts, _ = _run([model], project)
+    assert changed.imported == [model]
+    assert facts[model].models[0].module("block.fc").output_inplace is not None
+
+
+def test_a_comment_in_the_model_file_itself_reuses_its_facts(project, monkeypatch):
+    model = project / "model.py"
+    _run([str(model)], project)
+    text = model.read_text()
+    model.write_text(text.replace("self.block = Block()", "self.block = Block()  # the only block") + "# end\n",
+                     encoding="utf-8")
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, _, _ = _run([str(model)], project)
+    assert second.cached == [str(model)]
+    monkeypatch.setattr(WorkerPool, "get", _wanted)
+    model.write_text(text.replace("self.block = Block()", "self.block = Block()\n        self.extra = Block()"),
+                     encoding="utf-8")
+    with pytest.raises(_WorkerWanted):
+        _run([str(model)], project)
 
 
 def test_a_changed_installed_package_imports_again(tmp_path, monkeypatch):
@@ -216,3 +312,40 @@ def test_a_crash_is_cached_with_the_modules_it_imported(tmp_path, monkeypatch):
     monkeypatch.undo()
     third, facts, notices = _run([str(path)], tmp_path)
     assert third.imported == [str(path)] and not notices and facts[str(path)].models
+
+
+DECORATED = """
+import torch.nn as nn
+
+
+def plain(cls):
+    return cls
+
+
+def wide(cls):
+    cls.WIDTH = 4
+    return cls
+
+
+@plain
+class Net(nn.Module):
+    WIDTH = 2
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, self.WIDTH)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def test_a_changed_decorator_analyses_again(tmp_path):
+    """A decorated definition starts at its first decorator: the plan's digest covers it."""
+    path = tmp_path / "model.py"
+    path.write_text(DECORATED, encoding="utf-8")
+    _run([str(path)], tmp_path)
+    path.write_text(DECORATED.replace("@plain", "@wide"), encoding="utf-8")
+    again, facts, _ = _run([str(path)], tmp_path)
+    assert again.imported == [str(path)]
+    assert facts[str(path)].models[0].module("fc").bound.grad_input[0] == (4,)

@@ -238,3 +238,45 @@ def test_editing_the_training_loop_reuses_the_facts_editing_the_construction_doe
     third = GraphRun()
     provide_graph_facts(files, config, run=third)
     assert third.imported == files
+
+
+def test_a_comment_in_the_model_file_reuses_the_facts_and_a_moved_line_is_cited_where_it_is(project):
+    """Pre-commit after a comment edit of the model classes: every file's facts
+    (the entry script's too, which imports them) come from the cache; a comment
+    line that moves the code analyses again, and the finding cites the new line."""
+    folder = project("argparse_explainer")
+
+    def check() -> tuple[list[dict], str]:
+        proc = run_cli("check", ".", "--isolated", "--output-format", "json", cwd=folder, timeout=300)
+        assert proc.returncode in (0, 1), proc.stderr
+        return json.loads(proc.stdout), proc.stderr
+
+    def hkl403(items: list[dict]) -> str:
+        (found,) = by_code(items)["HKL403"]
+        return found["message"]
+
+    first, stderr = check()
+    assert "importing your code" in stderr
+    assert "nets.py:33 in InplaceNet.forward" in hkl403(first)
+    nets = folder / "models" / "nets.py"
+    text = nets.read_text()
+    nets.write_text(text.replace("x = self.features(x)", "x = self.features(x)  # into the in-place ReLU")
+                    + "\n# the end\n")
+    second, stderr = check()
+    assert "importing your code" not in stderr, "a comment cannot change the models: nothing to import"
+    assert second == first
+
+    nets.write_text(text.replace("        x = self.features(x)", "        # the features end in place\n"
+                                                                   "        x = self.features(x)"))
+    third, stderr = check()
+    assert "importing your code" in stderr
+    message = hkl403(third)
+    assert "nets.py:34 in InplaceNet.forward" in message and "(`x = self.features(x)`, nets.py:34" in message
+    assert nets.read_text().splitlines()[33].strip() == "x = self.features(x)"
+
+    # the in-place ReLU after the hooked convolution made a plain one: the verdict goes
+    nets.write_text(text.replace("nn.Conv2d(width, width, 3, padding=1), nn.ReLU(inplace=True),",
+                                 "nn.Conv2d(width, width, 3, padding=1), nn.ReLU(),"))
+    fourth, stderr = check()
+    assert "importing your code" in stderr
+    assert "HKL403" not in by_code(fourth)
