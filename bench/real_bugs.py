@@ -164,8 +164,9 @@ class Data:
 
 def validate(raw: dict, known_codes: set[str] | None = None, holdout: bool = False) -> list[str]:
     """Problems in the parsed data file, one line each (empty when fine).  The
-    hold-out file holds cases only, and no case of it says what it `needs`
-    (nobody analyses why a sealed case is missed)."""
+    hold-out file holds cases, and judgements of the findings its run printed
+    (added once the sealed results were read, for precision only); no case of
+    it says what it `needs` (nobody analyses why a sealed case is missed)."""
     problems: list[str] = []
     codes_ok = (known_codes or set()) | PLANNED_CODES
     capabilities = raw.get("capabilities", {})
@@ -260,7 +261,7 @@ def validate(raw: dict, known_codes: set[str] | None = None, holdout: bool = Fal
         if not isinstance(entry.get("line", 0), int):
             problems.append(f"{where}: line must be an integer")
 
-    allowed = {"case"} if holdout else {"case", "correct", "judgement", "capabilities"}
+    allowed = {"case", "judgement"} if holdout else {"case", "correct", "judgement", "capabilities"}
     unknown = set(raw) - allowed
     if unknown:
         problems.append(f"unknown top-level keys: {', '.join(sorted(unknown))}")
@@ -285,6 +286,16 @@ def validate_sets(raws: dict[str, dict]) -> list[str]:
             if key in cases_at and cases_at[key] != name:
                 problems.append(f"case {entry.get('id')!r}: the same bug is a case of the {cases_at[key]} set")
             cases_at.setdefault(key, name)
+    # `--all` merges the judgements of both files: a finding judged in both
+    # must get one verdict, or the merged score would depend on file order.
+    verdicts: dict[tuple, tuple[str, str]] = {}
+    for name, raw in raws.items():
+        for entry in raw.get("judgement", []):
+            key = tuple(entry.get(k) for k in ("package", "version", "path", "line", "code"))
+            if key in verdicts and verdicts[key][1] != name and verdicts[key][0] != entry.get("verdict"):
+                problems.append(f"judgement of {key[4]} at {key[0]}=={key[1]} {key[2]}:{key[3]}: "
+                                f"{verdicts[key][0]} in the {verdicts[key][1]} set, {entry.get('verdict')} in the {name} set")
+            verdicts.setdefault(key, (entry.get("verdict"), name))
     return problems
 
 
@@ -299,7 +310,8 @@ def read_raw(path: Path) -> dict:
 def load_sets(sets: list[str], known_codes: set[str] | None = None,
               paths: dict[str, Path] | None = None) -> Data:
     """The chosen sets ("tuning", "holdout") merged into one Data; the correct
-    files, judgements and capabilities live in the tuning file only."""
+    files and capabilities live in the tuning file only, judgements in both
+    (each file judges the findings of its own run)."""
     paths = {**SET_FILES, **(paths or {})}
     raws = {name: read_raw(paths[name]) for name in sets}
     problems = validate_sets(raws)

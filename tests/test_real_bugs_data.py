@@ -70,7 +70,7 @@ def test_holdout_is_sealed_and_sized(holdout_raw):
     cases = holdout_raw["case"]
     assert len(cases) >= 14
     assert not any("needs" in c for c in cases)
-    assert set(holdout_raw) == {"case"}
+    assert set(holdout_raw) <= {"case", "judgement"}
 
 
 def test_both_sets_load_with_their_names(both):
@@ -138,10 +138,12 @@ def test_code_line_pattern(line, is_code):
     assert bool(CODE_LINE.match(line)) is is_code
 
 
-def test_judgements_are_unique_and_explained(data):
-    keys = [(j.package, j.version, j.path, j.line, j.code) for j in data.judgements]
+@pytest.mark.parametrize("path", [DATA, HOLDOUT], ids=["tuning", "holdout"])
+def test_judgements_are_unique_and_explained(path):
+    judgements = rb.load_data(path, rb.rule_codes(), corpus="holdout" if path == HOLDOUT else "tuning").judgements
+    keys = [(j.package, j.version, j.path, j.line, j.code) for j in judgements]
     assert len(keys) == len(set(keys))
-    assert all(len(j.reason) >= 20 for j in data.judgements)
+    assert all(len(j.reason) >= 20 for j in judgements)
 
 
 # --- validate() reports what is wrong --------------------------------------
@@ -209,6 +211,45 @@ def test_a_case_no_rule_describes_is_accepted():
 def test_validate_reports_bad_holdout_files(raw_file, message):
     problems = rb.validate(raw_file, {"HKL304"}, holdout=True)
     assert any(message in p for p in problems), problems
+
+
+def judgement(**changes):
+    entry = {"package": "pkg", "version": "1.0", "path": "pkg/mod.py", "line": 3, "code": "HKL304",
+             "verdict": "true", "reason": "hooks the caller's module and drops the handle"}
+    entry.update(changes)
+    return entry
+
+
+def test_holdout_judgements_are_validated_and_counted(tmp_path):
+    """A hold-out run scores the judgements of the hold-out file, as a tuning
+    run scores those of the tuning file."""
+    assert rb.validate({"case": [good_case()], "judgement": [judgement()]}, {"HKL304"}, holdout=True) == []
+    problems = rb.validate({"case": [good_case()], "judgement": [judgement(verdict="maybe")]}, {"HKL304"},
+                           holdout=True)
+    assert any('verdict must be "true" or "false"' in p for p in problems), problems
+    holdout = tmp_path / "holdout.toml"
+    holdout.write_text(
+        '[[case]]\nid = "a-case"\npackage = "pkg"\nbuggy = "1.0"\nfixed = "1.1"\npath = "pkg/mod.py"\n'
+        'lines = [[3, 5]]\nclass = "leak"\nexpected = ["HKL304"]\nsource = "https://example.org/1"\n'
+        f'description = "{"x" * 120}"\n\n'
+        '[[judgement]]\npackage = "pkg"\nversion = "1.1"\npath = "pkg/mod.py"\nline = 4\ncode = "HKL304"\n'
+        'verdict = "true"\nreason = "the fix left this registration as it was"\n')
+    data = rb.load_sets(["holdout"], {"HKL304"}, paths={"holdout": holdout})
+    assert [(j.version, j.line, j.verdict) for j in data.judgements] == [("1.1", 4, "true")]
+    finding = {"path": "pkg/mod.py", "code": "HKL304", "location": {"row": 4, "column": 1}}
+    releases = {("pkg", "1.0"): rb.Release("pkg", "1.0", root=tmp_path),
+                ("pkg", "1.1"): rb.Release("pkg", "1.1", root=tmp_path, findings=[finding])}
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("")
+    scored = rb.score(data, releases, data.cases, data.correct)
+    assert scored["fp_list"] == [] and scored["tp"]["HKL304"] == 1 and scored["fp"]["HKL304"] == 0
+
+
+def test_validate_sets_reports_a_finding_judged_both_ways():
+    tuning = {"case": [good_case()], "judgement": [judgement()]}
+    text = "\n".join(rb.validate_sets({"tuning": tuning, "holdout": {"judgement": [judgement(verdict="false")]}}))
+    assert "judgement of HKL304 at pkg==1.0 pkg/mod.py:3: true in the tuning set, false in the holdout set" in text
+    assert rb.validate_sets({"tuning": tuning, "holdout": {"judgement": [judgement()]}}) == []
 
 
 def test_validate_sets_reports_ids_and_bugs_in_both_sets():
