@@ -265,7 +265,8 @@ class TaskState:
 
 
 class BackwardInfo:
-    """What was known when a backward started: its roots and the parameters in its graph."""
+    """One instrumented backward: where it was called, its roots, and (when a check asks)
+    the parameters in its graph."""
 
     __slots__ = ("sessions", "thread", "caller", "_call", "_site", "root_seq", "_leaves", "accumulate", "task_id",
                  "markers", "roots", "consumers")
