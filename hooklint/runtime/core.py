@@ -70,6 +70,9 @@ def grad_of(tensor: torch.Tensor) -> torch.Tensor | None:
     return _GRAD.__get__(tensor, type(tensor))
 
 
+_read_grad: Callable[[torch.Tensor], torch.Tensor | None] = _GRAD.__get__  # grad_of without a Python call
+
+
 class _Local(threading.local):
     def __init__(self) -> None:
         self.sessions: list = []
@@ -262,25 +265,56 @@ class TaskState:
 
 
 class BackwardInfo:
-    """What was known when a backward started: its roots and the parameters in its graph."""
+    """One instrumented backward: where it was called, its roots, and (when a check asks)
+    the parameters in its graph."""
 
-    __slots__ = ("sessions", "thread", "caller", "site", "root_seq", "leaves", "accumulate", "task_id",
+    __slots__ = ("sessions", "thread", "caller", "_call", "_site", "root_seq", "_leaves", "accumulate", "task_id",
                  "markers", "roots", "consumers")
 
     def __init__(self, sessions: list, caller: types.FrameType, accumulate: bool):
         self.sessions = sessions
         self.thread = threading.get_ident()
         self.caller: types.FrameType | None = caller
-        self.site = frames.site_of(caller)
+        # the call's position, kept to build `site` when a finding asks (most backwards never do)
+        self._call = (caller.f_code, caller.f_lasti)
+        self._site: Site | None = None
         self.root_seq: int | None = None
-        # (parameter, the node that consumed it, that node's input slot, earliest consumer sequence nr)
-        self.leaves: list[tuple[nn.Parameter, Any, int, int]] = []
+        self._leaves: list[tuple[nn.Parameter, Any, int, int]] | None = None
         self.accumulate = accumulate
         self.task_id: int | None = None
         self.markers: list = []
-        self.roots: list = []  # the root nodes, until the backward ends (to explain its errors)
+        self.roots: list = []  # the root nodes, until the backward ends (its errors, `leaves`)
         # RemovalWatch -> (sequence nr, name) of the earliest op in this graph that used its tensor
         self.consumers: dict = {}
+
+    @property
+    def site(self) -> Site:
+        """Where the backward was called (the `loss.backward()` line)."""
+        if self._site is None:
+            self._site = frames.site_at(*self._call)
+        return self._site
+
+    @property
+    def leaves(self) -> list[tuple[nn.Parameter, Any, int, int]]:
+        """(parameter, the node that consumed it, that node's input slot, earliest consumer
+        sequence nr) for every parameter in the graph.  Found by a walk from the roots
+        when first asked, which is after the backward ran unless removal watches need
+        it before (HKL301): running a backward leaves a graph's edges in place (only
+        saved tensors are freed), and the roots keep it alive until the backward ends."""
+        if self._leaves is None:
+            self._leaves = _parameters_in_graph(self.roots) if self.roots else []
+        return self._leaves
+
+    @leaves.setter
+    def leaves(self, value: list[tuple[nn.Parameter, Any, int, int]]) -> None:
+        self._leaves = value
+
+    def leaves_without_grad(self) -> list[tuple[nn.Parameter, Any, int, int]]:
+        """The entries of `leaves` whose parameter's `.grad` is None now (HKL503, after
+        every backward): without building `leaves` when nothing else asked for it."""
+        if self._leaves is not None:
+            return [leaf for leaf in self._leaves if _read_grad(leaf[0]) is None]
+        return _parameters_without_grad_in_graph(self.roots) if self.roots else []
 
 
 class RemovalWatch:
@@ -872,12 +906,10 @@ class Runtime:
             return info
         info.root_seq = max(node._sequence_nr() for node in nodes)
         info.roots = nodes
-        if self.removal_watches:
+        if self.removal_watches:  # the consumers of watched tensors are needed while the backward runs
             leaf_watches, node_watches, keep = self._watched_edges()
             info.leaves = _parameters_in_graph(nodes, leaf_watches, node_watches, info.consumers)
             del keep
-        else:
-            info.leaves = _parameters_in_graph(nodes)
 
         def backward_started(grad_outputs):
             task_id = current_task_id()
@@ -924,7 +956,6 @@ class Runtime:
         for handle in info.markers:
             handle.remove()
         info.markers = []
-        info.roots = []
         task_id = info.task_id
         try:
             if not failed:
@@ -943,6 +974,7 @@ class Runtime:
         finally:
             if task_id is not None:
                 self.infos.pop(task_id, None)
+            info.roots = []
             info.leaves = []
             info.consumers = {}
             info.caller = None
@@ -1162,8 +1194,9 @@ def _parameters_in_graph(roots: list, leaf_watches: dict | None = None, node_wat
                          consumers: dict | None = None) -> list[tuple[nn.Parameter, Any, int, int]]:
     """Every parameter whose AccumulateGrad node is reachable from ``roots``, with
     one node that consumes it, the slot, and the earliest sequence number among
-    its consumers (when the forward used it).  Runs on every instrumented
-    backward, hence the plain loop.
+    its consumers (when the forward used it).  Runs when a check needs the
+    parameters of a backward's graph (HKL301, HKL302, the distributed checks), hence
+    the plain loop; HKL503 walks with `_parameters_without_grad_in_graph`.
 
     With watches (HKL301), also notes in ``consumers`` the earliest op of the
     graph that used each watched tensor: a leaf by its AccumulateGrad's
@@ -1176,30 +1209,68 @@ def _parameters_in_graph(roots: list, leaf_watches: dict | None = None, node_wat
     while stack:
         node = stack.pop()
         slot = -1
+        seq = -1  # the node's sequence number, read at its first parameter
         for child, input_nr in node.next_functions:
             slot += 1
             if child is None:
                 continue
-            if watching:
-                watch = leaf_watches.get(id(child.variable)) if type(child) is accumulate_grad \
-                    else node_watches.get((id(child), input_nr))
-                if watch is not None:
-                    _note_consumer(consumers, watch, node)
             if type(child) is accumulate_grad:
                 variable = child.variable
-                # isinstance on Parameter goes through a Python metaclass hook: skip plain tensors first
-                if type(variable) is plain_tensor or not isinstance(variable, parameter):
+                if watching:
+                    watch = leaf_watches.get(id(variable))
+                    if watch is not None:
+                        _note_consumer(consumers, watch, node)
+                # isinstance on Parameter goes through a Python metaclass hook: decide the common
+                # types (Parameter itself, plain tensors) without it
+                kind = type(variable)
+                if kind is not parameter and (kind is plain_tensor or not isinstance(variable, parameter)):
                     continue
+                if seq < 0:
+                    seq = node._sequence_nr()
                 entry = found.get(id(variable))
-                seq = node._sequence_nr()
                 if entry is None:
                     found[id(variable)] = [variable, node, slot, seq]
                 elif seq < entry[3]:
                     entry[3] = seq
-            elif child not in seen:
+                continue
+            if watching:
+                watch = node_watches.get((id(child), input_nr))
+                if watch is not None:
+                    _note_consumer(consumers, watch, node)
+            if child not in seen:
                 seen.add(child)
                 stack.append(child)
     return [tuple(entry) for entry in found.values()]  # type: ignore[misc]
+
+
+def _parameters_without_grad_in_graph(roots: list) -> list[tuple[nn.Parameter, Any, int, int]]:
+    """What `_parameters_in_graph(roots)` gives for the parameters whose `.grad` is None:
+    the same walk in the same order (so the same consuming node and slot), which
+    builds nothing for the parameters that have a gradient (after most backwards,
+    all of them).  The last field is the sequence number of that node only."""
+    seen = set(roots)
+    stack = list(roots)
+    found: dict[int, tuple] = {}
+    accumulate_grad, parameter, plain_tensor, read_grad = _ACCUMULATE_GRAD, nn.Parameter, torch.Tensor, _read_grad
+    while stack:
+        node = stack.pop()
+        slot = -1
+        for child, _input_nr in node.next_functions:
+            slot += 1
+            if child is None:
+                continue
+            if type(child) is accumulate_grad:
+                variable = child.variable
+                if read_grad(variable) is not None or id(variable) in found:
+                    continue
+                kind = type(variable)
+                if kind is not parameter and (kind is plain_tensor or not isinstance(variable, parameter)):
+                    continue
+                found[id(variable)] = (variable, node, slot, node._sequence_nr())
+            elif child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return list(found.values())
 
 
 def _note_consumer(consumers: dict | None, watch: Any, node: Any) -> None:
@@ -1209,6 +1280,42 @@ def _note_consumer(consumers: dict | None, watch: Any, node: Any) -> None:
     known = consumers.get(watch)
     if known is None or seq < known[0]:
         consumers[watch] = (seq, node.name())
+
+
+def _argument_reader(signature: inspect.Signature) -> Callable[[tuple, dict], Callable[[str], Any]]:
+    """``reader(args, kwargs)(name)``: the argument a call passed for ``name`` (None when
+    left out), raising TypeError for a call that does not fit ``signature``, as
+    ``signature.bind`` does.  Runs on every instrumented backward: when every
+    parameter is positional-or-keyword (``torch.autograd.backward`` and ``grad``),
+    it checks the call itself, without building a BoundArguments."""
+    params = signature.parameters.values()
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        def bind(args: tuple, kwargs: dict) -> Callable[[str], Any]:
+            return signature.bind(*args, **kwargs).arguments.get
+        return bind
+    position = {p.name: i for i, p in enumerate(params)}
+    required = [p.name for p in params if p.default is inspect.Parameter.empty]
+    count = len(position)
+
+    def read(args: tuple, kwargs: dict) -> Callable[[str], Any]:
+        given = len(args)
+        if given > count:
+            raise TypeError("too many positional arguments")
+        for name in kwargs:
+            at = position.get(name)
+            if at is None or at < given:
+                raise TypeError(f"unexpected or repeated argument {name!r}")
+        for name in required:
+            if position[name] >= given and name not in kwargs:
+                raise TypeError(f"missing a required argument: {name!r}")
+
+        def value(name: str) -> Any:
+            at = position.get(name)
+            return args[at] if at is not None and at < given else kwargs.get(name)
+
+        return value
+
+    return read
 
 
 class _Patches:
@@ -1307,7 +1414,7 @@ class _Patches:
     # -- backward entry points ---------------------------------------------------
     def backward_entry(self, original: Callable, accumulate: bool) -> Callable:
         rt = self.rt
-        signature = inspect.signature(original)
+        arguments = _argument_reader(inspect.signature(original))
         roots_name = "tensors" if accumulate else "outputs"
 
         @functools.wraps(original)
@@ -1319,9 +1426,9 @@ class _Patches:
                 return original(*args, **kwargs)
             info = None
             try:
-                bound = signature.bind(*args, **kwargs)
-                info = rt.begin_backward(bound.arguments.get(roots_name), sessions, caller, accumulate,
-                                         bound.arguments.get("inputs") if accumulate else None)
+                given = arguments(args, kwargs)
+                info = rt.begin_backward(given(roots_name), sessions, caller, accumulate,
+                                         given("inputs") if accumulate else None)
             except TypeError:
                 pass  # let the original report the bad call
             except Exception as exc:  # noqa: BLE001
@@ -1542,21 +1649,28 @@ def _forward_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
 
 
 def _tensor_wrapper(rt: Runtime, rec: HookRecord, hook: Callable) -> Callable:
+    # runs for every parameter in every backward (a gradient-statistics hook): kept to what
+    # the checks need, the names it uses bound here
+    tls, task_id, tensor = rt.tls, _current_task_id, torch.Tensor
+
     def hooklint_tensor_hook(grad):
         __tracebackhide__ = True
         if not rec.live:
             return hook(grad)
         rec.fired += 1
-        rec.last_task = current_task_id()
-        version = grad._version if isinstance(grad, torch.Tensor) else None
-        outer, rt.tls.backward_hook = rt.tls.backward_hook, rec
+        rec.last_task = task_id()
+        version = grad._version if isinstance(grad, tensor) else None
+        outer = tls.backward_hook
+        tls.backward_hook = rec
         try:
             result = hook(grad)
         except Exception as exc:
             _observe_failure(rt, rec, exc)
             raise
         finally:
-            rt.tls.backward_hook = outer
+            tls.backward_hook = outer
+        if result is None and (version is None or grad._version == version):
+            return None  # it neither edited its argument nor returned anything: nothing to check
         try:
             if version is not None and grad._version != version:
                 rt.emit(rec.sessions, observe.mutated_argument(rec, [("grad", version, grad._version)]))

@@ -86,12 +86,18 @@ def _char_column(filename: str, line: int, byte_offset: int) -> int:
 
 
 def site_of(frame: types.FrameType) -> Site:
-    code = frame.f_code
-    line = frame.f_lineno or code.co_firstlineno
+    return site_at(frame.f_code, frame.f_lasti, frame.f_lineno)
+
+
+def site_at(code: types.CodeType, lasti: int, lineno: int | None = None) -> Site:
+    """The site of the instruction at byte offset ``lasti`` of ``code`` (a frame's
+    ``f_lasti``): what ``site_of`` gives for the frame while it executes it.  The
+    run-time layer notes ``(f_code, f_lasti)`` on hot paths, which is cheap, and
+    builds the site only when a finding needs it."""
+    line = lineno or _line_at(code, lasti) or code.co_firstlineno
     column, end_line, end_column = 1, 0, 0
     try:
-        start_line, stop_line, start_col, stop_col = next(itertools.islice(code.co_positions(), frame.f_lasti // 2,
-                                                                           None))
+        start_line, stop_line, start_col, stop_col = next(itertools.islice(code.co_positions(), lasti // 2, None))
     except (AttributeError, StopIteration, ValueError):
         start_line = None
     if start_line is not None and start_col is not None:
@@ -100,6 +106,13 @@ def site_of(frame: types.FrameType) -> Site:
         if stop_line is not None and stop_col is not None:
             end_line, end_column = stop_line, _char_column(code.co_filename, stop_line, stop_col)
     return Site(code.co_filename, line, column, end_line, end_column)
+
+
+def _line_at(code: types.CodeType, lasti: int) -> int | None:
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line
+    return None
 
 
 # How many frames above a registration are searched for the caller in another file.

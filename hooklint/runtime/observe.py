@@ -686,14 +686,11 @@ def removed_before_backward(rec: "HookRecord", removal_site: Site, backward_site
 def parameters_without_grad(info: "BackwardInfo", elsewhere=None) -> Iterator[Observation]:
     """``elsewhere(param)``: True for a parameter whose gradient an engine moves to
     another tensor (FSDP2's unsharded parameters: their `.grad` goes to the sharded one)."""
-    from hooklint.runtime.core import grad_of  # once, not per parameter: this runs after every backward
-
     roots: describe.Roots | None = None
-    for param, node, slot, _seq in info.leaves:
-        if not param.requires_grad:
+    for param, node, slot, _seq in info.leaves_without_grad():
+        # a post-accumulate hook may clear `.grad` on purpose (optimizer in backward)
+        if not param.requires_grad or param._post_accumulate_grad_hooks:
             continue
-        if grad_of(param) is not None or param._post_accumulate_grad_hooks:
-            continue  # a post-accumulate hook may clear `.grad` on purpose (optimizer in backward)
         if elsewhere is not None and elsewhere(param):
             continue
         if roots is None:
