@@ -9,6 +9,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Origin, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.compile_regions import (
+    CHECKPOINT_REGION_PATTERN,
     CheckpointRegions,
     Foreign,
     Refs,
@@ -121,11 +122,7 @@ class HookRemovedBeforeRecompute(Rule):
     severity = Severity.ERROR
     origins = (Origin.STATIC, Origin.RUNTIME)
     triggers = ("checkpoint",)
-    # a checkpointed region the file shows (not `save_checkpoint(...)`)
-    # `\bcheckpoint(?:_wrapper|_sequential)?\(|apply_activation_checkpointing`, written to begin with the
-    # literal word: the regex engine then jumps from one `checkpoint` to the next (35x faster on the corpus,
-    # where 1,600 files say `checkpoint`), instead of trying both branches at every position
-    trigger_pattern = r"checkpoint(?:(?<=\bcheckpoint)(?:_wrapper|_sequential)?\(|(?<=apply_activation_checkpoint)ing)"
+    trigger_pattern = CHECKPOINT_REGION_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
         # removed after the backward
         "import torch, torch.nn as nn\n"
