@@ -22,7 +22,6 @@ number of graphs and recompilations is the same with and without hooklint
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 import threading
 import weakref
@@ -34,6 +33,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hooklint.runtime import frames
 from hooklint.runtime.extension import Extension
 from hooklint.runtime.frames import Site
+from hooklint.runtime.import_watch import ImportWatcher
 from hooklint.runtime.observation import Observation
 from hooklint.static.hooks import HookKind
 
@@ -89,7 +89,7 @@ class CompiledExtension(Extension):
         self.graphs_of: WeakIdKeyDictionary = WeakIdKeyDictionary()  # module -> [CompiledGraph]
         self.late: list[LateHook] = []
         self.lock = threading.Lock()
-        self.finder: _ImportWatcher | None = None
+        self.finder: ImportWatcher | None = None
 
     # -- lifecycle ------------------------------------------------------------
     def install(self, rt) -> None:
@@ -101,7 +101,7 @@ class CompiledExtension(Extension):
         if _OUTPUT_GRAPH in sys.modules:
             self._patch_dynamo()
         else:
-            self.finder = _ImportWatcher(_OUTPUT_GRAPH, self._dynamo_imported)
+            self.finder = ImportWatcher(_OUTPUT_GRAPH, self._dynamo_imported)
             sys.meta_path.insert(0, self.finder)
 
     def _dynamo_imported(self) -> None:
@@ -228,41 +228,6 @@ class CompiledExtension(Extension):
                 keep.append(late)
         with self.lock:
             self.late = keep + self.late
-
-
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls ``callback`` once the program has imported ``name``."""
-
-    def __init__(self, name: str, callback):
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        callback, exec_module = self.callback, loader.exec_module
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                exec_module(module)
-                callback()
-
-        spec.loader = _Loader()
-        return spec
 
 
 def _installed(filename: str) -> bool:

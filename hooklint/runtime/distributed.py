@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.abc
 import os
 import sys
 import threading
@@ -50,6 +49,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from hooklint.runtime import describe, distributed_observe, frames
 from hooklint.runtime.frames import Site
+from hooklint.runtime.import_watch import ImportWatcher
 from hooklint.runtime.observation import Observation
 from hooklint.static.distributed import ENGINE_HELP as _ENGINE_HELP
 from hooklint.static.hooks import HookKind
@@ -151,7 +151,7 @@ class DistributedExtension:
         self.hand_synced: dict[int, HandSync] = {}
         self.touched: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> {(what, site)}
         self.param_hooks: WeakIdKeyDictionary = WeakIdKeyDictionary()  # param -> [HookRecord] on it
-        self.finder: _ImportWatcher | None = None
+        self.finder: ImportWatcher | None = None
         self.divergence_checks = True
         self.pending_check: PendingCheck | None = None
 
@@ -170,7 +170,7 @@ class DistributedExtension:
         if _FSDP_PARAM_MODULE in sys.modules:
             self._patch_fsdp()
         else:
-            self.finder = _ImportWatcher(_FSDP_PARAM_MODULE, self._fsdp_imported)
+            self.finder = ImportWatcher(_FSDP_PARAM_MODULE, self._fsdp_imported)
             sys.meta_path.insert(0, self.finder)
 
     def uninstall(self, rt) -> None:
@@ -680,42 +680,6 @@ class DistributedExtension:
 
 
 # -- helpers ------------------------------------------------------------------------
-
-
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Calls ``callback`` once ``name`` has been imported (by the program)."""
-
-    def __init__(self, name: str, callback):
-        self.name = name
-        self.callback = callback
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        callback = self.callback
-        exec_module = loader.exec_module
-
-        class _Loader(importlib.abc.Loader):
-            def create_module(self, spec):
-                return loader.create_module(spec)
-
-            def exec_module(self, module):
-                exec_module(module)
-                callback()
-
-        spec.loader = _Loader()
-        return spec
 
 
 def _version_of(grad: Any) -> int:
