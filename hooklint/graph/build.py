@@ -38,7 +38,7 @@ from hooklint.graph.roots import file_roots
 from hooklint.graph.sanitize import definitions_only
 from hooklint.graph.trace import is_user_file, one_line
 from hooklint.static.notebook import analysis_text, is_notebook
-from hooklint.static.source import read_source
+from hooklint.static.source import decode_source, read_regular_file
 
 _SITE_MARKERS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
 
@@ -54,8 +54,14 @@ class _SanitizingLoader(importlib.abc.Loader):
     def exec_module(self, module: types.ModuleType) -> None:
         text = self.importer.overrides.get(self.origin)
         if text is None:
-            text = read_source(self.origin)
-        self.importer.record(self.origin, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+            # the digest of the bytes, as the cache compares a dependency (a BOM or a coding
+            # cookie would make the digest of the decoded text a miss on every run)
+            data = read_regular_file(self.origin)[0]
+            text = decode_source(data)
+            digest = hashlib.sha256(data).hexdigest()
+        else:
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        self.importer.record(self.origin, digest)
         sanitized = definitions_only(ast.parse(text, self.origin))
         try:
             exec(compile(sanitized.tree, self.origin, "exec"), module.__dict__)  # noqa: S102 - definitions only
@@ -136,7 +142,7 @@ class _Retained:
             error = exc
         else:
             try:
-                digest = hashlib.sha256(read_source(origin).encode("utf-8", "surrogatepass")).hexdigest()
+                digest = hashlib.sha256(read_regular_file(origin)[0]).hexdigest()
             except Exception:  # noqa: BLE001 - then it is simply not remembered
                 return
             error = RememberedImportError(user_error(exc), digest, exc.name)

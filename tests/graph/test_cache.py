@@ -349,3 +349,20 @@ def test_a_changed_decorator_analyses_again(tmp_path):
     again, facts, _ = _run([str(path)], tmp_path)
     assert again.imported == [str(path)]
     assert facts[str(path)].models[0].module("fc").bound.grad_input[0] == (4,)
+
+
+@pytest.mark.parametrize("encode", [
+    pytest.param(lambda text: b"\xef\xbb\xbf" + text.encode("utf-8"), id="utf-8-bom"),
+    pytest.param(lambda text: ("# -*- coding: latin-1 -*-\n# width in \xb5m\n" + text).encode("latin-1"),
+                 id="latin-1-cookie"),
+])
+def test_a_dependency_not_in_plain_utf8_reuses_the_facts(project, monkeypatch, encode):
+    """The worker records the digest of a dependency's bytes, as the cache
+    compares them: a file with a BOM or another encoding is no perpetual miss."""
+    (project / "blocks.py").write_bytes(encode(_blocks()))
+    model = str(project / "model.py")
+    first, facts, _ = _run([model], project)
+    assert first.imported == [model] and facts[model].models
+    monkeypatch.setattr(WorkerPool, "get", _no_worker)
+    second, cached, _ = _run([model], project)
+    assert second.imported == [] and second.cached == [model]
