@@ -84,6 +84,17 @@ CLASSES: dict[str, str] = {
     "hook-outlives-phase": "hook left active after the phase it serves",
     "function-returns-view": "custom autograd.Function returns a view of a tensor it created",
     "function-backward-writes-grad": "custom Function backward runs a nested backward into .grad",
+    # Classes the finders of issue 15's second round named (from the names only:
+    # the cases of the sealed half are not read while work goes on).
+    "hook-order-assumption": "hook assumes the order in which hooks or modules run",
+    "stateful-hook-reused-module": "hook state overwritten when a module runs more than once per forward",
+    "hook-on-unintended-modules": "hooks placed on more modules than the ones meant",
+    "hooks-dropped-on-model-rewrite": "hooks lost when modules are replaced or the model rewritten",
+    "state-dict-hook": "state-dict / load-state-dict hook misuse",
+    "user-hook-breaks-instrumentation": "a user's hook breaks a library's own instrumentation",
+    "hook-presence-assumed-output-replacement": "code assumes whether a hook replaced a module's output",
+    "hook-wrapper-stale-binding": "forward-wrapping hook calls a stale bound forward",
+    "foreign-hook-assumed-own": "code treats hooks it did not add as its own",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
