@@ -469,4 +469,13 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   ('static', 'runtime'),
   ('checkpoint',),
   'checkpoint(?:(?<=\\bcheckpoint)(?:_wrapper|_sequential)?\\(|(?<=apply_activation_checkpoint)ing)',
+  True),
+ ('HKL801',
+  'saved-tensor-layout-lost',
+  'hooklint.rules.saved_tensor_layout_lost',
+  'SavedTensorLayoutLost',
+  True,
+  ('static',),
+  ('saved_tensors_hooks', 'saved_tensors_default_hooks'),
+  'data_ptr|storage|as_strided',
   True))
