@@ -198,6 +198,23 @@ class SavedTensorLayoutLost(Rule):
         "    raw, (shape, stride, offset) = packed\n"
         "    return raw.to('cuda').as_strided(shape, stride, offset)\n"
         "hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)\n",
+        # the tensor object's id in the key (torch's allow_mutation_on_saved_tensors): one entry per view
+        "import torch\n"
+        "class Swap(torch.autograd.graph.saved_tensors_hooks):\n"
+        "    def __init__(self, ctx):\n"
+        "        def pack(tensor):\n"
+        "            tid = (id(tensor), tensor.data_ptr(), tensor._version)\n"
+        "            ctx.aliases[tensor.data_ptr()].add(tid)\n"
+        "            if tid not in ctx.handles:\n"
+        "                handle = object()\n"
+        "                ctx.handles[tid] = handle\n"
+        "                ctx.original[handle] = tensor\n"
+        "            else:\n"
+        "                handle = ctx.handles[tid]\n"
+        "            return handle\n"
+        "        def unpack(handle):\n"
+        "            return ctx.original[handle]\n"
+        "        super().__init__(pack, unpack)\n",
         # no saved-tensor hooks in the file: a parameter cache keyed by address
         "import torch\n"
         "cache = {}\n"

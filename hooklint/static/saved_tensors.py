@@ -99,7 +99,8 @@ def _callee_name(call: ast.Call) -> str | None:
 
 class LayoutFacts:
     """Which parts of a tensor's identity an expression carries: its storage
-    (`data_ptr`, `untyped_storage`), its shape, its strides, its offset."""
+    (`data_ptr`, `untyped_storage`), its shape, its strides, its offset, or the
+    view itself (`id(t)`: autograd saves each view as its own tensor object)."""
 
     def __init__(self, tree: ast.Module):
         self._by_name: dict[str, list[Function]] = {}
@@ -125,6 +126,16 @@ class LayoutFacts:
             if isinstance(node, ast.Attribute) and node.attr in {"shape", "_cdata"}:
                 parts.add("shape" if node.attr == "shape" else "storage")
                 continue  # what the receiver is made of is not part of the key
+            if isinstance(node, ast.Subscript):
+                stack.append(node.value)  # `cache[key]` is what was filed under the key, not the key
+                continue
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "id" \
+                    and len(node.args) == 1:
+                arg = node.args[0]
+                inner = _method_name(arg) if isinstance(arg, ast.Call) else None
+                # id(t): the tensor object itself, one per view; id(t.untyped_storage()): its storage
+                parts.add("storage" if inner in _STORAGE_CALLS else "view")
+                continue
             if isinstance(node, ast.Call):
                 method = _method_name(node)
                 part = ("storage" if method in _STORAGE_CALLS else "stride" if method == "stride"
@@ -164,7 +175,7 @@ class LayoutFacts:
 
 def is_storage_key(parts: frozenset[str]) -> bool:
     """Names a storage but not the view: two views of one storage can share it."""
-    return "storage" in parts and not {"shape", "stride"} <= parts
+    return "storage" in parts and "view" not in parts and not {"shape", "stride"} <= parts
 
 
 def missing_layout(parts: frozenset[str]) -> list[str]:
