@@ -12,6 +12,7 @@ from hooklint.static.saved_tensors import (
     LayoutFacts,
     layout_records,
     restrides,
+    storage_handles,
     storage_keyed_caches,
     uses_saved_tensor_hooks,
 )
@@ -37,6 +38,8 @@ class SavedTensorLayoutLost(Rule):
       and the dtype) but not by the shape and strides, where one copy is
       filed per key and the key itself is kept as the saved tensor's handle
       (returned by the pack hook, or stored in a state table);
+    - a pack hook that returns the tensor's storage (`t.untyped_storage()`
+      or a copy of it) without its strides and storage offset;
     - the original's `stride()` / `storage_offset()` kept with an
       element-wise copy of it (`torch.empty_like(t)` + `copy_`, `t.cpu()`,
       `t.to(...)`, `t.clone()`), in a file whose unpack side rebuilds
@@ -215,6 +218,14 @@ class SavedTensorLayoutLost(Rule):
         "        def unpack(handle):\n"
         "            return ctx.original[handle]\n"
         "        super().__init__(pack, unpack)\n",
+        # the storage with its full layout
+        "import torch\n"
+        "def pack(t):\n"
+        "    return t.untyped_storage(), t.storage_offset(), t.shape, t.stride(), t.dtype\n"
+        "def unpack(p):\n"
+        "    storage, offset, shape, stride, dtype = p\n"
+        "    return torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)\n"
+        "hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)\n",
         # no saved-tensor hooks in the file: a parameter cache keyed by address
         "import torch\n"
         "cache = {}\n"
@@ -224,6 +235,19 @@ class SavedTensorLayoutLost(Rule):
         "    return key\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "import torch\n"
+            "class StorageOffload(torch.autograd.graph.saved_tensors_hooks):\n"
+            "    def __init__(self):\n"
+            "        super().__init__(self.pack, self.unpack)\n"
+            "    def pack(self, t):\n"
+            "        host = t.untyped_storage().cpu()\n"
+            "        return host, t.shape, t.dtype, t.device  # HKL801\n"
+            "    def unpack(self, packed):\n"
+            "        host, shape, dtype, device = packed\n"
+            "        flat = torch.empty(0, dtype=dtype).set_(host)\n"
+            "        return flat[:shape.numel()].view(shape).to(device)\n"
+        ),
         Invalid(
             "import torch\n"
             "def storage_id(t):\n"
@@ -282,6 +306,7 @@ class SavedTensorLayoutLost(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         if not uses_saved_tensor_hooks(ctx.tree):
             return
+        ctx.model  # noqa: B018  (builds the tree's parent links, which the pack-hook facts read)
         facts = LayoutFacts(ctx.tree)
         for cache in storage_keyed_caches(ctx.tree, facts):
             missing = " and ".join(cache.missing)
@@ -297,6 +322,18 @@ class SavedTensorLayoutLost(Rule):
                 related=[Related(f"a copy filed under `{cache.name}`", ctx.display_path, ctx.span(cache.filed)[0]),
                          Related(f"`{cache.name}` kept as the saved tensor's handle", ctx.display_path,
                                  ctx.span(cache.kept)[0])],
+            )
+        for handle in storage_handles(ctx.tree, facts):
+            name = getattr(handle.pack, "name", "the pack hook")
+            yield self.finding(
+                ctx, handle.returned,
+                message=(f"pack hook `{name}` returns the saved tensor's storage without its "
+                         f"{' and '.join(handle.missing)}: the unpack side can only rebuild a tensor laid out from "
+                         f"the start of that storage, so a saved view (a transpose, a slice, a view with an offset) "
+                         f"comes back as another tensor and backward computes wrong gradients or fails"),
+                help="Return the layout with the storage (`t.shape`, `t.stride()`, `t.storage_offset()`) and rebuild "
+                     "with `torch.empty(0, dtype=...).set_(storage, offset, shape, stride)`, or save a copy of the "
+                     "tensor itself (`t.cpu()`).",
             )
         calls = restrides(ctx.tree)
         if not calls:

@@ -31,6 +31,7 @@ TRIGGERS = ("saved_tensors_hooks", "saved_tensors_default_hooks")
 
 # Calls whose value names a tensor's storage, not the tensor.
 _STORAGE_CALLS = frozenset({"data_ptr", "untyped_storage", "storage", "_typed_storage", "_storage"})
+_STORAGE_OBJECT_CALLS = frozenset({"untyped_storage", "storage", "_typed_storage"})
 _SHAPE_CALLS = frozenset({"size", "numel"})
 # Methods that copy a tensor's elements into a new tensor of their own layout
 # (a slice's copy is compact, offset 0).
@@ -88,6 +89,16 @@ def _method_name(call: ast.Call) -> str | None:
     return call.func.attr if isinstance(call.func, ast.Attribute) else None
 
 
+_STORAGE_COPIES = frozenset({"cpu", "cuda", "to", "clone", "pin_memory", "share_memory_", "npu", "xpu"})
+
+
+def _consumed_by_method(call: ast.Call) -> bool:
+    """`t.untyped_storage().data_ptr()`, `.nbytes()`, `.device`: the storage is only asked
+    something (its copies, `.cpu()`, `.clone()`, are storages too)."""
+    parent = getattr(call, "_hl_parent", None)
+    return isinstance(parent, ast.Attribute) and parent.value is call and parent.attr not in _STORAGE_COPIES
+
+
 def _callee_name(call: ast.Call) -> str | None:
     """`helper(...)`, `self.helper(...)`, `Cls.helper(...)`: the name of a function of the file it may call."""
     if isinstance(call.func, ast.Name):
@@ -142,6 +153,8 @@ class LayoutFacts:
                         else "shape" if method in _SHAPE_CALLS else "offset" if method == "storage_offset" else None)
                 if part is not None:
                     parts.add(part)
+                    if method in _STORAGE_OBJECT_CALLS and not _consumed_by_method(node):
+                        parts.add("storage-object")  # the storage itself, not its address or size
                     if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Call) \
                             and _method_name(node.func.value) in _STORAGE_CALLS:
                         parts.add("storage")  # t.untyped_storage().data_ptr()
@@ -418,3 +431,70 @@ def layout_records(tree: ast.Module, facts: LayoutFacts | None = None) -> list[L
             seen.add(id(record.record))
             unique.append(record)
     return unique
+
+
+# ------------------------------------------------------------------ pack hooks
+
+def _hook_pairs(tree: ast.Module) -> list[tuple[ast.AST, ast.AST]]:
+    """(pack, unpack) as passed to `saved_tensors_hooks(pack, unpack)`, to torch's
+    default-hooks stack, or to `super().__init__(pack, unpack)` in a subclass."""
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and len(node.args) >= 2):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if name in SAVED_TENSOR_HOOK_APIS:
+            out.append((node.args[0], node.args[1]))
+        elif name == "__init__" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call) \
+                and isinstance(func.value.func, ast.Name) and func.value.func.id == "super":
+            cls = getattr(node, "_hl_parent", None)
+            while cls is not None and not isinstance(cls, ast.ClassDef):
+                cls = getattr(cls, "_hl_parent", None)
+            if cls is not None and any(ast.unparse(b).rsplit(".", 1)[-1] in SAVED_TENSOR_HOOK_APIS for b in cls.bases):
+                out.append((node.args[0], node.args[1]))
+    return out
+
+
+def _function_for(expr: ast.AST, functions: dict[str, list[Function]]) -> list[ast.AST]:
+    """The function a hook argument names: `pack`, `self.pack`, a lambda."""
+    if isinstance(expr, ast.Lambda):
+        return [expr]
+    if isinstance(expr, ast.Name):
+        return list(functions.get(expr.id, ()))
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        return list(functions.get(expr.attr, ()))
+    return []
+
+
+@dataclass(frozen=True)
+class StorageHandle:
+    """A pack hook that returns the saved tensor's storage without its strides or offset."""
+
+    pack: ast.AST
+    returned: ast.AST          # the return (or the lambda's body)
+    missing: tuple[str, ...]
+
+
+def storage_handles(tree: ast.Module, facts: LayoutFacts | None = None) -> list[StorageHandle]:
+    facts = facts or LayoutFacts(tree)
+    functions: dict[str, list[Function]] = {}
+    for func in _functions(tree):
+        functions.setdefault(func.name, []).append(func)
+    out: list[StorageHandle] = []
+    seen: set[int] = set()
+    for pack, _unpack in _hook_pairs(tree):
+        for func in _function_for(pack, functions):
+            if id(func) in seen:
+                continue
+            seen.add(id(func))
+            returns = [func.body] if isinstance(func, ast.Lambda) else \
+                [n.value for n in own_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
+            for value in returns:
+                parts = facts.of(value, func)
+                if "storage-object" not in parts:
+                    continue
+                missing = tuple(w for w, p in (("strides", "stride"), ("storage offset", "offset")) if p not in parts)
+                if missing:
+                    out.append(StorageHandle(func, getattr(value, "_hl_parent", value), missing))
+    return out

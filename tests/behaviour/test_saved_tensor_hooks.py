@@ -6,6 +6,9 @@ fixture's own pack / unpack pairs (fixtures/rules/hkl801_saved_tensor_layout_los
   address hands `b`'s copy back for `b.t()`: the gradient is silently wrong.
   Two slices that start at the same address (`b[:2]`, `b`) make the reshape
   of the shared copy fail.
+- A storage handed back without the view's strides and offset rebuilds a
+  tensor from the storage's start: a transpose and an offset slice get
+  other values.
 - An element-wise copy of a slice is compact and starts at offset 0;
   restoring the original's strides and offset on it with `as_strided` (or
   `set_`) fails out of bounds.
@@ -67,12 +70,14 @@ BUGGY = {
     "AddressDedupe": lambda h: h["AddressDedupe"](),
     "offload_by_storage": lambda h: h["offload_by_storage"](),
     "GroupOffload": group_offload,
+    "StorageOffload": lambda h: h["StorageOffload"](),
 }
 FIXED = {
     "ViewKeyedDedupe": lambda h: h["ViewKeyedDedupe"](),
     "DedupeKeepsViews": lambda h: h["DedupeKeepsViews"](),
     "CompactThenRestore": lambda h: h["CompactThenRestore"](),
     "offload_whole_tensors": lambda h: h["offload_whole_tensors"](),
+    "StorageWithLayout": lambda h: h["StorageWithLayout"](),
 }
 
 
@@ -107,6 +112,11 @@ def test_original_layout_on_a_compact_copy_reads_past_it_with_set_(hooks):
     assert not torch.equal(wrong, gradient(overlapping_slices))
 
 
+def test_storage_without_layout_gives_an_offset_slice_the_wrong_values(hooks):
+    wrong = gradient(overlapping_slices, hooks["StorageOffload"]())
+    assert not torch.equal(wrong, gradient(overlapping_slices))
+
+
 def test_original_layout_on_a_copy_of_a_dense_view_still_works(hooks):
     # A transpose is dense: its copy keeps its strides, so only slices and offsets break.
     assert torch.equal(gradient(transpose_product, hooks["StrideRestore"]()), gradient(transpose_product))
@@ -123,7 +133,7 @@ def test_hooklint_reports_the_buggy_spellings_only():
     findings = lint(text, "HKL801")
     lines = text.splitlines()
     reported = {lines[f.location.row - 1].strip() for f in findings}
-    assert len(findings) == 5
+    assert len(findings) == 6
     assert all(line.endswith("# HKL801") for line in reported)
     classes = [line for line in lines if line.startswith(("class ", "def "))]
     assert classes  # the fixture defines the pairs the tests above run
