@@ -37,12 +37,15 @@ class SavedTensorLayoutLost(Rule):
       `untyped_storage().data_ptr()`, with or without `storage_offset()`
       and the dtype) but not by the shape and strides, where one copy is
       filed per key and the key itself is kept as the saved tensor's handle
-      (returned by the pack hook, or stored in a state table);
+      (returned by the pack hook, or stored in a state table), also when
+      the key is spelled out where it is used (`cache[t.data_ptr()] = ...`,
+      `return t.data_ptr()`);
     - a pack hook that returns the tensor's storage (`t.untyped_storage()`
       or a copy of it) without its strides and storage offset;
     - the original's `stride()` / `storage_offset()` kept with an
       element-wise copy of it (`torch.empty_like(t)` + `copy_`, `t.cpu()`,
-      `t.to(...)`, `t.clone()`), in a file whose unpack side rebuilds
+      `t.to(...)`, `t.clone()`) in one tuple, list or dict, in a file
+      whose unpack side rebuilds
       tensors with `as_strided(..., stride, storage_offset)` or
       `set_(storage, storage_offset, size, stride)`.
 

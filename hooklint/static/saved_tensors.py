@@ -200,8 +200,8 @@ class StorageKeyedCache:
     """`key = <storage address>`, `cache[key] = tensor`, and the key kept as the saved tensor's handle."""
 
     func: Function
-    key: ast.Assign          # the statement computing the key
-    name: str                # the key's local name
+    key: ast.AST             # the statement computing the key (or the key expression itself)
+    name: str                # the key's local name (or the key as written)
     filed: ast.AST           # `cache[key] = ...` (or `cache.setdefault(key, ...)`)
     cache: str               # the cache as written
     kept: ast.AST            # where the key leaves the function as a handle
@@ -272,7 +272,38 @@ def storage_keyed_caches(tree: ast.Module, facts: LayoutFacts | None = None) -> 
             if kept is None:
                 continue
             out.append(StorageKeyedCache(func, node, name, filed[0], filed[1], kept, tuple(missing_layout(parts))))
+        out.extend(_inline_keys(func, facts))
     out.sort(key=lambda c: (c.key.lineno, c.key.col_offset))
+    return out
+
+
+def _inline_keys(func: Function, facts: LayoutFacts) -> list[StorageKeyedCache]:
+    """`cache[t.data_ptr()] = ...` and `return t.data_ptr()`: the key spelled out where it is used."""
+    filed: dict[str, tuple[ast.AST, ast.AST, str]] = {}   # key text -> (key expression, filing, cache)
+    for node in own_nodes(func):
+        key = cache = None
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Call):
+                    key, cache = target.slice, ast.unparse(target.value)
+        elif isinstance(node, ast.Call) and _method_name(node) == "setdefault" and node.args \
+                and isinstance(node.args[0], ast.Call):
+            assert isinstance(node.func, ast.Attribute)
+            key, cache = node.args[0], ast.unparse(node.func.value)
+        if key is not None and cache is not None and is_storage_key(facts.of(key, func)):
+            filed.setdefault(ast.unparse(key), (key, node, cache))
+    out = []
+    for node in own_nodes(func):
+        if isinstance(node, ast.Return) and node.value is not None:
+            values = [node.value] + (list(node.value.elts) if isinstance(node.value, ast.Tuple) else [])
+            for value in values:
+                hit = filed.get(ast.unparse(value))
+                if hit is not None:
+                    key, filing, cache = hit
+                    parts = facts.of(key, func)
+                    out.append(StorageKeyedCache(func, key, ast.unparse(key), filing, cache, node,
+                                                 tuple(missing_layout(parts))))
+                    break
     return out
 
 
@@ -372,7 +403,7 @@ class LayoutRecord:
 
     func: Function
     tensor: str               # the saved tensor's local name
-    record: ast.Assign        # `stride = t.stride()` (the first such record)
+    record: ast.AST           # `stride = t.stride()` (the first such record), or the read itself
     what: tuple[str, ...]     # "stride", "storage_offset"
     copy: ast.AST             # the copy's expression
     kept: ast.AST             # the tuple/list holding both
@@ -383,7 +414,7 @@ def layout_records(tree: ast.Module, facts: LayoutFacts | None = None) -> list[L
     out: list[LayoutRecord] = []
     for func in _functions(tree):
         assigned = facts.assignments(func)
-        records: dict[str, tuple[str, str, ast.Assign]] = {}   # local -> (tensor, what, statement)
+        records: dict[str, tuple[str, str, ast.AST]] = {}      # local -> (tensor, what, statement)
         for node in own_nodes(func):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
                 continue
@@ -395,8 +426,6 @@ def layout_records(tree: ast.Module, facts: LayoutFacts | None = None) -> list[L
                 read = _layout_read(value)
                 if read is not None and isinstance(name, ast.Name) and name.id not in records:
                     records[name.id] = (read[0], read[1], node)
-        if not records:
-            continue
         copies: dict[str, tuple[str, ast.AST]] = {}              # local -> (tensor copied, expression)
         for local, values in assigned.items():
             for value in values:
@@ -404,14 +433,21 @@ def layout_records(tree: ast.Module, facts: LayoutFacts | None = None) -> list[L
                 if copied is not None:
                     copies.setdefault(local, (copied, value))
         for node in own_nodes(func):
-            if not isinstance(node, (ast.Tuple, ast.List)):
+            if isinstance(node, (ast.Tuple, ast.List)):
+                items = list(node.elts)
+            elif isinstance(node, ast.Dict):
+                items = list(node.values)
+            else:
                 continue
-            kept_layout: dict[str, list[tuple[str, ast.Assign]]] = {}
+            kept_layout: dict[str, list[tuple[str, ast.AST]]] = {}
             kept_copy: dict[str, ast.AST] = {}
-            for elt in node.elts:
+            for elt in items:
+                read = _layout_read(elt)
                 if isinstance(elt, ast.Name) and elt.id in records:
                     tensor, what, statement = records[elt.id]
                     kept_layout.setdefault(tensor, []).append((what, statement))
+                elif read is not None:  # `(host, t.stride(), t.storage_offset())`
+                    kept_layout.setdefault(read[0], []).append((read[1], elt))
                 elif isinstance(elt, ast.Name) and elt.id in copies:
                     kept_copy.setdefault(copies[elt.id][0], copies[elt.id][1])
                 else:

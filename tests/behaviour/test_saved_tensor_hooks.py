@@ -71,6 +71,7 @@ BUGGY = {
     "offload_by_storage": lambda h: h["offload_by_storage"](),
     "GroupOffload": group_offload,
     "StorageOffload": lambda h: h["StorageOffload"](),
+    "InlineAddress": lambda h: h["InlineAddress"](),
 }
 FIXED = {
     "ViewKeyedDedupe": lambda h: h["ViewKeyedDedupe"](),
@@ -106,6 +107,11 @@ def test_original_layout_on_a_compact_copy_fails_with_as_strided(hooks):
         gradient(overlapping_slices, hooks["StrideRestore"]())
 
 
+def test_original_layout_on_a_clone_fails_with_as_strided(hooks):
+    with pytest.raises(RuntimeError, match=r"setStorage: .* storage offset [1-9].* out of bounds for storage of size"):
+        gradient(overlapping_slices, hooks["offload_records"]())
+
+
 def test_original_layout_on_a_compact_copy_reads_past_it_with_set_(hooks):
     # set_ grows the copy's storage instead of raising: backward reads memory nobody wrote.
     wrong = gradient(overlapping_slices, hooks["offload_with_layout"]())
@@ -133,7 +139,7 @@ def test_hooklint_reports_the_buggy_spellings_only():
     findings = lint(text, "HKL801")
     lines = text.splitlines()
     reported = {lines[f.location.row - 1].strip() for f in findings}
-    assert len(findings) == 6
+    assert len(findings) == 8
     assert all(line.endswith("# HKL801") for line in reported)
     classes = [line for line in lines if line.startswith(("class ", "def "))]
     assert classes  # the fixture defines the pairs the tests above run
