@@ -486,5 +486,5 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('saved_tensors_hooks', 'saved_tensors_default_hooks'),
-  'data_ptr|storage|as_strided',
+  'data_ptr|storage|as_strided|\\.set_\\(',
   True))

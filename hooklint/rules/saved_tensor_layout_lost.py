@@ -140,7 +140,7 @@ class SavedTensorLayoutLost(Rule):
     summary = "Saved-tensor hooks keep a tensor's storage but not its view layout: backward gets another tensor"
     severity = Severity.ERROR
     triggers = TRIGGERS
-    trigger_pattern = r"data_ptr|storage|as_strided"
+    trigger_pattern = r"data_ptr|storage|as_strided|\.set_\("
     VALID: ClassVar[tuple[str, ...]] = (
         # whole tensors to the host and back (the documentation's example)
         "import torch\n"
