@@ -223,14 +223,14 @@ def _names_in_display(value: ast.AST) -> Iterator[ast.Name]:
 def _kept_as_handle(func: Function, name: str, facts: "LayoutFacts | None" = None) -> ast.AST | None:
     """Where the key leaves the function as a value: returned or yielded (the pack
     hook's result), stored in an attribute or a container (a state table),
-    appended."""
+    appended to a list or queue (a set of keys seen is bookkeeping, not a handle)."""
     for node in own_nodes(func):
         value: ast.AST | None = None
         if isinstance(node, (ast.Return, ast.Yield)) and node.value is not None:
             value = node.value
         elif isinstance(node, ast.Assign) and any(isinstance(t, (ast.Subscript, ast.Attribute)) for t in node.targets):
             value = node.value
-        elif isinstance(node, ast.Call) and _method_name(node) in {"append", "put", "add"} and node.args:
+        elif isinstance(node, ast.Call) and _method_name(node) in {"append", "put"} and node.args:
             value = node.args[0]
         if value is not None and any(n.id == name for n in _names_in_display(value)):
             if facts is not None and "stride" in facts.of(value, func, frozenset({(id(func), name)})):
