@@ -52,6 +52,8 @@ _RULE_MODULES = (
     "hooklint.rules.hook_after_compile",
     "hooklint.rules.hook_removed_before_recompute",
     "hooklint.rules.stateful_hook_under_checkpoint",
+    "hooklint.rules.untraceable_hook_under_fullgraph",
+    "hooklint.rules.saved_tensor_layout_lost",
 )
 
 
