@@ -22,6 +22,11 @@ class SavedTensorsHooksExitedInHook(Rule):
     a scope that outlives its `with` block ("exit once none of my tensors
     is alive any more") and checks that condition from its own hooks.
 
+    The same exit from any other code that runs during `backward()` (a
+    tensor or autograd-Node hook, a post-accumulate-grad hook, a module
+    backward hook, the `backward` of a custom `autograd.Function`) is
+    reported too.
+
     ## Why is this bad?
     `__exit__` pops whatever pair of hooks is on top of the thread's stack,
     and the hooks run at moments when that stack is not the one the scope
@@ -35,6 +40,11 @@ class SavedTensorsHooksExitedInHook(Rule):
       library's hooks off the copy, and one more fails with
       `RuntimeError: is_initialized && !tls.stack.empty() INTERNAL ASSERT
       FAILED` (torch 2.13);
+    - any other hook that runs during `backward()` exits on that same copy,
+      with the same result.  Pairing it with an enter in a backward pre-hook
+      does not help: autograd puts the stack back before each node it runs,
+      so the pre-hook's push is gone when the backward hook pops (torch
+      2.13 raises the internal assert above);
     - a **pack** hook runs in the middle of an operation that is saving its
       tensors: the pop takes effect at once, so the operation's remaining
       saved tensors skip the hooks (they are kept as they are: not
@@ -204,6 +214,19 @@ class SavedTensorsHooksExitedInHook(Rule):
             "        return t\n"
         ),
         Invalid(
+            "import torch\n"
+            "class Offload:\n"
+            "    def __init__(self):\n"
+            "        self.ctx = torch.autograd.graph.save_on_cpu()\n"
+            "    def forward_region(self, fn, x):\n"
+            "        self.ctx.__enter__()\n"
+            "        out = fn(x)\n"
+            "        out.register_hook(self._on_backward_start)\n"
+            "        return out\n"
+            "    def _on_backward_start(self, grad):\n"
+            "        self.ctx.__exit__(None, None, None)  # HKL321\n"
+        ),
+        Invalid(
             "import torch.autograd.graph as g\n"
             "scope = g.saved_tensors_hooks(lambda t: t, lambda t: (scope.__exit__(None, None, None), t)[1])  # HKL321\n"
         ),
@@ -211,8 +234,12 @@ class SavedTensorsHooksExitedInHook(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         scopes = SavedTensorScopes(ctx.model, ctx.core)
+        sites = list(scopes.hook_sites())
+        if not sites and not ctx.model.calls_of_method("__exit__", "_pop_saved_tensors_default_hooks"):
+            return
+        sites += list(scopes.backward_sites())
         reported: set[int] = set()
-        for site in scopes.hook_sites():
+        for site in sites:
             path = scopes.pop_path(site.function)
             if path is None or id(path.first) in reported:
                 continue
@@ -228,8 +255,8 @@ class SavedTensorsHooksExitedInHook(Rule):
         via = ""
         if len(path.calls) > 1:
             via = " through " + " -> ".join(f"`{_src(c.func)}()`" for c in path.calls[:-1])
-        if site.role == "unpack":
-            why = ("an unpack hook runs during backward(), under a copy of the hooks stack that autograd puts back "
+        if site.during_backward:
+            why = (f"{'an unpack hook' if site.role == 'unpack' else 'it'} runs during backward(), under a copy of the hooks stack that autograd puts back "
                    "when the backward ends: the hooks stay installed on the thread that entered them (every later "
                    "forward is still packed by them) although the code believes they are gone, and another pop in "
                    "the same backward removes other hooks or fails with torch's '!tls.stack.empty() INTERNAL "
@@ -238,9 +265,10 @@ class SavedTensorsHooksExitedInHook(Rule):
             why = ("a pack hook runs in the middle of an operation that is saving its tensors: the pop takes effect "
                    "at once, so the rest of that operation's saved tensors skip the hooks (kept as they are, not "
                    "offloaded or recomputed)")
-        message = (f"the {site.role} hook `{hook}` exits a saved-tensors-hooks context{via} ({popped}, line "
+        what = site.role if site.role.endswith(("hook", "backward")) else f"{site.role} hook"
+        message = (f"the {what} `{hook}` exits a saved-tensors-hooks context{via} ({popped}, line "
                    f"{pop.lineno}): {why}; older torch releases could crash here (pytorch#130734)")
-        related = [Related(f"`{hook}` is handed to autograd as a {site.role} hook here", ctx.display_path,
+        related = [Related(f"`{hook}` is handed to autograd as a {what} here", ctx.display_path,
                            ctx.span(site.registered_at)[0])]
         if pop is not path.first:
             related.append(Related("the context is exited here", ctx.display_path, ctx.span(pop)[0]))

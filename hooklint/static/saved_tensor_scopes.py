@@ -47,9 +47,13 @@ _HOOK_KEYWORDS = {"pack_hook": "pack", "unpack_hook": "unpack"}
 class HookSite:
     """A function that runs as a pack or unpack hook."""
 
-    role: str  # "pack" | "unpack"
+    role: str  # "pack" | "unpack" | a hook that runs during backward ("tensor hook", ...)
     function: ast.AST  # FunctionDef, AsyncFunctionDef or Lambda
-    registered_at: ast.Call  # the call that hands it to autograd
+    registered_at: ast.AST  # the call that hands it to autograd (for a Function's backward: its def)
+
+    @property
+    def during_backward(self) -> bool:
+        return self.role != "pack"
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,9 +156,7 @@ class SavedTensorScopes:
                     continue
                 if self.pops_here(call):
                     receiver = call.func.value if isinstance(call.func, ast.Attribute) else None
-                    if receiver is not None and ast.dump(receiver) in pushed:
-                        continue
-                    if receiver is None and _PUSH_KEY in pushed:
+                    if pop_key(receiver) in pushed:
                         continue
                     found = PopPath((call,))
                     break
@@ -175,7 +177,7 @@ class SavedTensorScopes:
         for call in _own_calls(function):
             func = call.func
             if isinstance(func, ast.Attribute) and func.attr == "__enter__":
-                found.add(ast.dump(func.value))
+                found.add(pop_key(func.value))
             elif self._qualified(func) in PUSH_CALLS:
                 found.add(_PUSH_KEY)
         return found
@@ -251,6 +253,30 @@ class SavedTensorScopes:
                 seen.add((id(function), role))
                 yield HookSite(role, function, call)
 
+    def backward_sites(self) -> Iterator[HookSite]:
+        """Functions of the file that run during backward() other than unpack
+        hooks: tensor and autograd-Node hooks, post-accumulate-grad hooks,
+        module backward hooks, and the ``backward`` of a custom
+        ``autograd.Function``."""
+        from hooklint.static.hooks import HookKind
+
+        words = {HookKind.TENSOR: "tensor hook", HookKind.POST_ACCUMULATE: "post-accumulate-grad hook",
+                 HookKind.BACKWARD_LEGACY: "module backward hook", HookKind.FULL_BACKWARD: "module backward hook",
+                 HookKind.FULL_BACKWARD_PRE: "module backward pre-hook"}
+        seen: set[int] = set()
+        for reg in self.core.hooks.registrations:
+            word = words.get(reg.kind)
+            node = reg.hook.node if reg.hook is not None else None
+            if word is None or node is None or id(node) in seen:
+                continue
+            seen.add(id(node))
+            yield HookSite(word, node, reg.call)
+        for info in self.model.classes.values():
+            backward = info.methods.get("backward")
+            if backward is not None and id(backward) not in seen and self.model.is_autograd_function_class(info):
+                seen.add(id(backward))
+                yield HookSite("autograd.Function backward", backward, backward)
+
     def _registers_hooks(self, call: ast.Call) -> bool:
         qual = self._qualified(call.func)
         if qual in SCOPE_CLASSES or qual in PUSH_CALLS:
@@ -306,6 +332,25 @@ class SavedTensorScopes:
 
 
 _PUSH_KEY = "<push>"
+
+
+def pop_key(receiver: ast.AST | None) -> str:
+    """A name for the context a push or pop acts on: the source of the
+    receiver (``noop``; ``self.ctx`` with its class's name, since every class
+    has its own ``self.ctx``), or the raw stack's own key."""
+    if receiver is None:
+        return _PUSH_KEY
+    text = ast.unparse(receiver)
+    root = receiver
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id == "self":
+        cur = getattr(receiver, "_hl_parent", None)
+        while cur is not None and not isinstance(cur, ast.ClassDef):
+            cur = getattr(cur, "_hl_parent", None)
+        if cur is not None:
+            return f"{cur.name}:{text}"
+    return text
 
 
 def _hook_arguments(call: ast.Call) -> Iterator[tuple[str, ast.AST]]:

@@ -7,6 +7,10 @@ or unpack hook (HKL321), run on the fixture's own classes.
   same backward fails with an internal assert once the copy is empty.
 - Popped from a pack hook: the operation that is saving its tensors loses
   the hooks halfway, its other saved tensors are never packed.
+- Popped from any other code that runs during backward() (a tensor hook,
+  a custom Function's backward): the same copy, the same leak.  Entered in
+  a module backward pre-hook and exited in the backward hook: autograd puts
+  the stack back before each node, the exit fails with the internal assert.
 - The good twins (the exit deferred to the caller, the switched-off exit, a
   nested `with`) leave the stack as the code expects.
 """
@@ -140,10 +144,55 @@ def test_exit_in_pack_hook_leaves_the_rest_of_the_operation_unpacked(fixture):
     assert torch._C._autograd._top_saved_tensors_default_hooks(True) is None
 
 
+def _top():
+    return torch._C._autograd._top_saved_tensors_default_hooks(True)
+
+
+def test_exit_in_a_tensor_hook_during_backward_leaves_the_hooks_installed(fixture):
+    try:
+        bad = fixture["OffloadUntilBackward"]()
+        out = bad.run(lambda x: x * 2, torch.ones(3, requires_grad=True))
+        out.sum().backward()
+        assert _top() is not None  # save_on_cpu still packs every later forward
+    finally:
+        _drain()
+    good = fixture["OffloadForwardOnly"]()
+    out = good.run(lambda x: x * 2, torch.ones(3, requires_grad=True))
+    out.sum().backward()
+    assert _top() is None
+
+
+def test_exit_in_a_function_backward_leaves_the_hooks_installed(fixture):
+    try:
+        fixture["_function_scope"].__enter__()
+        x = torch.ones(3, requires_grad=True)
+        fixture["ExitInBackward"].apply(x).sum().backward()
+        assert torch.equal(x.grad, torch.full((3,), 2.0))
+        assert _top() is not None
+    finally:
+        _drain()
+
+
+def test_enter_in_backward_pre_hook_is_gone_when_the_backward_hook_exits(fixture):
+    bad = fixture["RecomputeScopeAcrossBackwardHooks"]()
+    try:
+        with pytest.raises(RuntimeError, match=r"!tls\.stack\.empty\(\) INTERNAL ASSERT FAILED"):
+            bad.layer(torch.ones(1, 3, requires_grad=True)).sum().backward()
+    finally:
+        bad.remove()
+        _drain()
+    good = fixture["RecomputeInOneHook"]()
+    x = torch.ones(1, 3, requires_grad=True)
+    good.layer(x).sum().backward()
+    good.remove()
+    assert x.grad is not None and len(good.recomputed) == 1 and _top() is None
+
+
 def test_hkl321_reports_the_bad_twins_only():
     text = FIXTURE.read_text()
     findings = lint(text, "HKL321")
     expected = [row for row, line in enumerate(text.splitlines(), 1) if line.endswith("# HKL321")]
-    assert [f.location.row for f in findings] == expected and len(expected) == 4
+    assert [f.location.row for f in findings] == expected and len(expected) == 7
     messages = " ".join(f.message for f in findings)
     assert "unpack hook `_unpack`" in messages and "pack hook `pack_to_cpu`" in messages
+    assert "tensor hook `_on_backward_start`" in messages and "autograd.Function backward" in messages
