@@ -308,7 +308,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   'SavedTensorsHooksExitedInHook',
   True,
   ('static',),
-  ('saved_tensors_hooks', 'save_on_cpu', '_push_saved_tensors_default_hooks'),
+  ('saved_tensors_hooks', 'save_on_cpu', '_push_saved_tensors_default_hooks', '_pop_saved_tensors_default_hooks'),
   None,
   True),
  ('HKL401',

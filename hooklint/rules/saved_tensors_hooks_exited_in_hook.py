@@ -233,11 +233,10 @@ class SavedTensorsHooksExitedInHook(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        if not any(word in ctx.text for word in TRIGGERS):
+            return  # parsed for another rule: no saved-tensors context to pop here
         scopes = SavedTensorScopes(ctx.model, ctx.core)
-        sites = list(scopes.hook_sites())
-        if not sites and not ctx.model.calls_of_method("__exit__", "_pop_saved_tensors_default_hooks"):
-            return
-        sites += list(scopes.backward_sites())
+        sites = list(scopes.hook_sites()) + list(scopes.backward_sites())
         reported: set[int] = set()
         for site in sites:
             path = scopes.pop_path(site.function)

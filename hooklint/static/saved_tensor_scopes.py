@@ -38,7 +38,7 @@ SCOPE_CLASSES = frozenset({
 PUSH_CALLS = frozenset({"torch._C._autograd._push_saved_tensors_default_hooks"})
 POP_CALLS = frozenset({"torch._C._autograd._pop_saved_tensors_default_hooks"})
 # Words a file must contain for any of this to find something.
-TRIGGERS = ("saved_tensors_hooks", "save_on_cpu", "_push_saved_tensors_default_hooks")
+TRIGGERS = ("saved_tensors_hooks", "save_on_cpu", "_push_saved_tensors_default_hooks", "_pop_saved_tensors_default_hooks")
 
 _HOOK_KEYWORDS = {"pack_hook": "pack", "unpack_hook": "unpack"}
 
