@@ -116,7 +116,7 @@ class SavedTensorsHooksExitedInHook(Rule):
 
     code = "HKL321"
     name = "saved-tensors-hooks-exited-in-hook"
-    summary = "A saved-tensors-hooks context exited from inside a pack or unpack hook"
+    summary = "A saved-tensors-hooks context exited from inside a pack or unpack hook, or from other code that runs during backward"
     severity = Severity.ERROR
     triggers = TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
