@@ -54,6 +54,7 @@ _RULE_MODULES = (
     "hooklint.rules.stateful_hook_under_checkpoint",
     "hooklint.rules.untraceable_hook_under_fullgraph",
     "hooklint.rules.saved_tensor_layout_lost",
+    "hooklint.rules.saved_tensors_hooks_exited_in_hook",
 )
 
 
