@@ -8,7 +8,6 @@ code it reads.
 from __future__ import annotations
 
 import ast
-import gc
 import os
 import re
 import sys
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from hooklint.findings import Applicability, Finding, Location, Notice, NoticeLevel, Related
 from hooklint.rules import rule_class, rule_entries
 from hooklint.rules.base import Rule
+from hooklint.static.garbage import collected_after
 from hooklint.static.source import SourceError, decode_source, read_regular_file
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -310,26 +310,16 @@ def check_text(
                                      f"{MAX_PARSED_CHARS // 2 ** 20} M hooklint parses (generated code?); not checked",
                                      NoticeLevel.SKIP))
         return result
-    collecting = gc.isenabled()
-    if collecting:
-        gc.disable()
-    try:
+    with collected_after() as collecting:
         return _check_parsed(path, text, active, result, display, parse_name, graph, target, notebook,
-                             project_answers, summarize, noqa)
-    finally:
-        if collecting:
-            gc.enable()
-            gc.collect(0)
+                             project_answers, summarize, noqa, release=not collecting)
 
 
 def _check_parsed(path: str, text: str, active: frozenset[str], result: FileResult, display: str,
                   parse_name: str, graph: Any, target: tuple[int, int] | None, notebook: Notebook | None,
-                  project_answers: dict[str, Any] | None, summarize: bool, noqa: bool) -> FileResult:
-    """check_text after the prefilter, with the cycle collector off: the analysis links every node to its
-    parent and scope, so a file's tree and its analysis are cyclic garbage once it is done.  Collected as
-    they come, the young objects of a big file were traversed again and again as they aged (a quarter of
-    the CPU of a run over the corpus); with the collector off they all stay in the youngest generation,
-    and one collection of that generation at the end (check_text) frees them, traversing each once."""
+                  project_answers: dict[str, Any] | None, summarize: bool, noqa: bool, release: bool) -> FileResult:
+    """check_text after the prefilter (under ``hooklint.static.garbage.collected_after``).  ``release``:
+    break the analysis's reference cycles when done, for a caller that keeps the collector off."""
     parsed = _parse(text, display, parse_name, target, notebook, active, result)
     if parsed is None:
         return result
@@ -345,7 +335,7 @@ def _check_parsed(path: str, text: str, active: frozenset[str], result: FileResu
         if "project" in ctx.__dict__:
             result.asked = ctx.project.asked
     finally:
-        ctx.close()
+        ctx.close(release)
     if noqa:
         if UNUSED_NOQA in active:
             findings = findings + _unused_noqa(display, text, findings, active, graph)
