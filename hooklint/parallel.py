@@ -282,6 +282,8 @@ def _in_pool(tasks: list[tuple], jobs: int, options: CheckOptions, graph_facts: 
     lost: list[tuple] = []
     needed = {task[1] for task in tasks}
     graph = {p: g for p, g in graph_facts.items() if p in needed}
+    if runner is _run_tasks:
+        _load_before_fork(options)
     executor = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_init_worker,
                                    initargs=(_portable(options), graph))
     try:
@@ -303,6 +305,16 @@ def _in_pool(tasks: list[tuple], jobs: int, options: CheckOptions, graph_facts: 
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
     return outcomes, lost
+
+
+def _load_before_fork(options: CheckOptions) -> None:
+    """The rules' modules and the prefilter's patterns, loaded here once: forked
+    workers inherit them instead of each loading them again (0.1 s of CPU
+    each).  Only for runs big enough for a pool, where some file nearly always
+    passes the prefilter; a small run still loads only what it needs."""
+    from hooklint.static.checker import load_rules
+
+    load_rules(options.codes)
 
 
 def _file_size(task: tuple) -> int:

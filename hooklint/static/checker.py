@@ -78,6 +78,14 @@ def _static_rules(codes: frozenset[str]) -> tuple[Rule, ...]:
     return tuple(rule_class(entry.code)() for entry in rule_entries() if entry.code in codes and entry.static)
 
 
+def load_rules(codes: frozenset[str]) -> None:
+    """Load the static rules among ``codes`` (with the analysis they import) and
+    compile the prefilter, before any file needs them (see hooklint.parallel)."""
+    _prefilter(codes)
+    _static_rules(codes)
+    from hooklint.static import context  # noqa: F401 - the checker's own import of the analysis
+
+
 @dataclass(frozen=True)
 class _Prefilter:
     # (anchor, words): every word of a group contains its anchor, so a text without the anchor (one scan)
