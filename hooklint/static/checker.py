@@ -167,8 +167,9 @@ def _literal_prefix(part: str) -> str:
     return "".join(out)
 
 
-# An anchor shorter than this is in nearly every file: it would rule nothing out.
-_MIN_ANCHOR = 4
+# An anchor shorter than this is in nearly every file: it would rule nothing out.  (Longer ones are not
+# tried: choosing among every substring of every word cost 9 ms, paid by every run.)
+_MIN_ANCHOR, _MAX_ANCHOR = 4, 8
 
 
 def _anchored_groups(words: set[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -181,14 +182,14 @@ def _anchored_groups(words: set[str]) -> tuple[tuple[str, tuple[str, ...]], ...]
     groups = []
     while left:
         best, covered = "", {min(left)}
-        for word in sorted(left):
-            for size in range(_MIN_ANCHOR, len(word) + 1):
-                for start in range(len(word) - size + 1):
-                    piece = word[start:start + size]
-                    having = {w for w in left if piece in w}
-                    if (len(having), len(piece)) > (len(covered), len(best)):
-                        best, covered = piece, having
-        anchor = best or min(covered)
+        pieces = {word[start:start + size] for word in left
+                  for size in range(_MIN_ANCHOR, min(len(word), _MAX_ANCHOR) + 1)
+                  for start in range(len(word) - size + 1)}
+        for piece in sorted(pieces):
+            having = {w for w in left if piece in w}
+            if (len(having), len(piece)) > (len(covered), len(best)):
+                best, covered = piece, having
+        anchor = min(covered) if len(covered) == 1 or not best else best
         groups.append((anchor, tuple(sorted(covered))))
         left -= covered
     return tuple(groups)
