@@ -88,10 +88,14 @@ class FileContext:
         """``pkg.mod.Cls.method`` for a def or class of this file (None for lambdas)."""
         return self.summarizer.qualname(node)
 
-    def close(self) -> None:
-        """Free the analysis promptly (see SemanticModel.release)."""
-        if "model" in self.__dict__:
+    def close(self, release: bool = True) -> None:
+        """Free the analysis promptly (see SemanticModel.release); ``release``
+        False only detaches the nodes all trees share, for a caller that has the
+        cycle collector free the rest (hooklint.static.garbage)."""
+        if release and "model" in self.__dict__:
             self.model.release()
+        else:
+            SemanticModel.release_shared()
 
     def span(self, node: ast.AST) -> tuple[Location, Location]:
         row = getattr(node, "lineno", 1)

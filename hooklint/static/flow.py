@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator
 
-from hooklint.static.semantic import FunctionNode, SemanticModel, block_position
+from hooklint.static.semantic import FunctionNode, SemanticModel, block_position, child_nodes
 from hooklint.static.values import CallableValue, ClassValue, Inference, ModuleValue, ObjectValue, TensorValue
 
 LoopNode = (ast.For, ast.AsyncFor, ast.While)
@@ -95,7 +95,9 @@ def executed_nodes(node: ast.AST) -> Iterator[ast.AST]:
         elif isinstance(cur, ast.ClassDef):
             children = list(cur.decorator_list) + list(cur.bases)
         else:
-            children = list(ast.iter_child_nodes(cur))
+            # (not ast.iter_child_nodes: a generator over every field, and the shared Load/Store
+            # context nodes, which nothing asks for; this walk was a tenth of a run's CPU)
+            children = child_nodes(cur)
         stack.extend(reversed(children))
 
 

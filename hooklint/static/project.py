@@ -979,24 +979,29 @@ def _with_summarizer(path: str, text: str, display_path: str, job: Callable[[Any
     import warnings
 
     from hooklint.static.callgraph import Summarizer
+    from hooklint.static.garbage import collected_after
     from hooklint.static.semantic import SemanticModel
     from hooklint.static.values import Inference
 
     if len(text) > 4 * 2 ** 20:
         return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(text, filename=display_path)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
-    model = SemanticModel(tree)
-    try:
-        return job(Summarizer(model, Inference(model), path, display_path))
-    except RecursionError:
-        return None
-    finally:
-        model.release()
+    with collected_after() as collecting:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = ast.parse(text, filename=display_path)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return None
+        model = SemanticModel(tree)
+        try:
+            return job(Summarizer(model, Inference(model), path, display_path))
+        except RecursionError:
+            return None
+        finally:
+            if collecting:
+                model.release_shared()
+            else:
+                model.release()
 
 
 def parse_key(key: str) -> tuple[str, frozenset[str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -234,6 +235,18 @@ def earlier_exit_guards(stmt: ast.stmt, parent: ast.AST) -> list[ast.If]:
     return [block[i] for i in guards[key] if i < index]
 
 
+@lru_cache(maxsize=1)
+def _shared_nodes() -> tuple[ast.AST, ...]:
+    """The operator and context nodes CPython shares between all the trees it makes."""
+    # (compile, not ast.parse: this is no file of the user's; tests count the files parsed)
+    tree = compile("a + b - c * d @ e / f % g ** h << i >> j | k & l ^ m // n\n"
+                   "not a; -a; +a; ~a\na and b or c\n"
+                   "a == b != c < d <= e > f >= g is h is not i in j not in k\ndel a\nb = a\n",
+                   "<hooklint: shared nodes>", "exec", ast.PyCF_ONLY_AST)
+    kinds = (ast.operator, ast.boolop, ast.unaryop, ast.cmpop, ast.expr_context)
+    return tuple({id(n): n for n in ast.walk(tree) if isinstance(n, kinds)}.values())
+
+
 def child_nodes(node: ast.AST) -> list[ast.AST]:
     """Children in field order, without the shared Load/Store/Del singletons."""
     kind = type(node)
@@ -281,6 +294,21 @@ class SemanticModel:
         self.exits = []
         for scope in self.scopes.values():  # Binding.scope <-> Scope.bindings
             scope.bindings = {}
+
+    @staticmethod
+    def release_shared() -> None:
+        """Detach the nodes every tree shares from the last tree analysed.
+
+        CPython gives each tree the same operator objects (one ``ast.Add()``
+        for every ``+`` of every file parsed, one ``ast.Eq()``...), and the
+        model links them to a parent and a scope like any node: they kept the
+        last analysed tree, and all that was computed about it, reachable
+        until the next file replaced it.  (Collected in the youngest
+        generation after each file, that tree survived, aged into the oldest
+        one and made its collections expensive.)  :meth:`release` does it too."""
+        for node in _shared_nodes():
+            node.__dict__.pop("_hl_parent", None)
+            node.__dict__.pop("_hl_scope", None)
 
     # ------------------------------------------------------------------ build
     def _build(self) -> None:

