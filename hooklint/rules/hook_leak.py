@@ -53,6 +53,11 @@ class HookLeak(Rule):
     (after a `return`, under `if False:` or a switch bound once to `False`,
     after a `raise` or `sys.exit()`) removes nothing.  Handles appended on
     every call to a list that no method removes (or only clears) leak too.
+    A caller's model handed to the constructor of a class of another file
+    (`self.features = FeatureExtractor(model)`) whose methods hook a layer
+    of `self.model` and keep no handle is reported at that call: the
+    class's own file sees the attribute of a new object each time, the call
+    shows that every object hooks the caller's module again.
 
     A removal that runs only when the caller's code does not raise is
     HKL308; a hook that does not stack but stays on the caller's model
@@ -399,6 +404,8 @@ class _LeakAnalysis:
         summary = reg.summary
         fate = self._wrapped_fate(reg)
         if fate is None:
+            fate = self._handed_over_fate(reg)
+        if fate is None:
             return None
         for loop in enclosing_loops(reg.call):
             if self._needed_wrapped(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
@@ -441,6 +448,24 @@ class _LeakAnalysis:
             return f"the only removal of the handle {wrapper} returns, at line {line}, never runs" + \
                 (f" ({reason})" if reason else "")
         return None
+
+    def _handed_over_fate(self, reg: Registration) -> str | None:
+        """``Extractor(model)`` of a class of another file whose methods hook
+        ``self.model`` (set from the argument) and drop the handle: the
+        constructor's file sees a new object's attribute each time, only this
+        call shows that it is the caller's module, hooked again by each object."""
+        summary = reg.summary
+        chain = reg.wrapper_chain
+        if not getattr(summary, "through_init", False) or summary.handle != "drop" or len(chain) < 2:  # type: ignore[union-attr]
+            # a constructor that registers in its own body is judged in its file (its `self.model` is the
+            # argument there); one whose helper method registers on `self.model` is not
+            return None
+        name, path, _line = chain[0]
+        if not path or path == self.ctx.display_path:
+            return None
+        inner = f" (through `{chain[-1][0]}`)" if len(chain) > 1 else ""
+        return (f"`{name.rsplit('.', 1)[0]}` keeps no handle{inner}: neither the object nor its caller can remove "
+                f"the hook, which outlives the object")
 
     def _needed_wrapped(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """As :meth:`_needed`, for a registration at a wrapper's call: a hook
@@ -614,12 +639,26 @@ class _LeakAnalysis:
                 return None
             call = bindings[0].value
         if not isinstance(call, ast.Call) or any(isinstance(a, ast.Starred) for a in call.args) \
-                or any(k.arg is None for k in call.keywords):
+                or any(k.arg is None for k in call.keywords) or not self._plain_function(call.func):
             return None
         found = _union_of(self.dependence.of(arg, unit) for arg in [*call.args, *(k.value for k in call.keywords)])
         if found is not None:
             self.guessed_targets.add(id(reg.call))
         return found
+
+    def _plain_function(self, func: ast.AST) -> bool:
+        """``find_layer(...)`` or ``layers.find_layer(...)`` (a function, or one
+        of an imported module), not a method of some object (``cls.from_dense(
+        mod)`` builds a new module) nor an alternate constructor (``from_*``)."""
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name.startswith("from_"):
+            return False
+        if isinstance(func, ast.Name):
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and hasattr(func.value, "_hl_scope"):
+            bindings = self.ctx.model.bindings_at(func.value)
+            return len(bindings) == 1 and bindings[0].kind == "import"
+        return False
 
     def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str,
                  related: Iterable[Related] = ()) -> Finding:

@@ -98,3 +98,12 @@ def test_hooklint_reports_the_bad_shapes_as_warnings_only(monkeypatch):
     lines = (PROJECT / "probing" / "extract.py").read_text().splitlines()
     expected = sorted((n, "warning") for n, line in enumerate(lines, 1) if line.endswith("# HKL304"))
     assert found == expected and len(expected) == 3
+
+
+def test_an_alternate_constructor_builds_a_new_module_each_time(extract):
+    encoder, sink = _encoder(), []
+    mapping = {nn.Linear: extract.Dense2Sparse}
+    first = extract.swap(encoder[0], mapping, sink)
+    second = extract.swap(encoder[0], mapping, sink)
+    assert first is not second and len(first._forward_hooks) == len(second._forward_hooks) == 1
+    assert len(encoder[0]._forward_hooks) == 0
