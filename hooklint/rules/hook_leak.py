@@ -11,6 +11,7 @@ from hooklint.static.callgraph import EMPTY, SELF, is_step_method, leaves_loop_a
 from hooklint.static.context import FileContext
 from hooklint.static.flow import constant_range_length, contains, enclosing_loops, executed_nodes, function_of
 from hooklint.static.handles import apply_overwrite, destination, lost_wrappers, overwritten_each_run
+from hooklint.static.hook_dicts import removes_through_hook_dict
 from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, single_name_target
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
@@ -52,6 +53,11 @@ class HookLeak(Rule):
     (after a `return`, under `if False:` or a switch bound once to `False`,
     after a `raise` or `sys.exit()`) removes nothing.  Handles appended on
     every call to a list that no method removes (or only clears) leak too.
+    A caller's model handed to the constructor of a class of another file
+    (`self.features = FeatureExtractor(model)`) whose methods hook a layer
+    of `self.model` and keep no handle is reported at that call: the
+    class's own file sees the attribute of a new object each time, the call
+    shows that every object hooks the caller's module again.
 
     A removal that runs only when the caller's code does not raise is
     HKL308; a hook that does not stack but stays on the caller's model
@@ -85,6 +91,13 @@ class HookLeak(Rule):
     `super()`; a method called on an object of unknown class is followed
     only when an annotation names its class (`Dict[str, HookPoint]`) or one
     class of the file defines it with a signature that fits the call.
+    A layer a function hooklint cannot see into looks up in the caller's
+    model (`layer = find_layer(self.model, name)`, a getter of another
+    file) is taken to be the same layer on every call with the same
+    arguments: a guess from the shape of the call, so such a finding is a
+    warning.  A class whose methods delete entries of the hooked modules'
+    hook dicts (`del layer._forward_hooks[key]`, `.pop(key)`) is taken to
+    remove its hooks that way.
 
     ## Example
     ```python
@@ -328,6 +341,8 @@ class _LeakAnalysis:
         self._self_classes: dict[int, ClassInfo | None] = {}
         # registrations whose handle is lost only in some runs (a hook that removes itself when it runs)
         self.conditional_fates: set[int] = set()
+        # registrations whose target is a guessed lookup in the caller's model (reported as warnings)
+        self.guessed_targets: set[int] = set()
 
     def _load_index(self) -> tuple[dict[str, list[ast.Name]], dict[str, list[ast.Attribute]]]:
         """Every read of a name and of an attribute in the file, by name (built once)."""
@@ -360,8 +375,8 @@ class _LeakAnalysis:
         if needed is None or self.guards.guarded(reg.call, func):
             return None
         fate = self._handle_fate(reg, func)
-        if fate is None:
-            return None
+        if fate is None or removes_through_hook_dict(self.ctx.model.enclosing_class(func), reg.kind):
+            return None  # kept, or taken off through the module's hook dict by a method of the class
         repeat = self._repeat(func, needed)
         if repeat is None:
             return None
@@ -372,8 +387,12 @@ class _LeakAnalysis:
                 return None  # the object's users can reach the handles and remove them
         cls = self.ctx.model.enclosing_class(func)
         name = f"{cls.name}.{func.name}" if cls is not None and func in cls.methods.values() else func.name
+        if id(reg.call) in self.guessed_targets:
+            text += (f"; `{src(reg.receiver)}` is taken to be a part of the module the lookup is given, found "
+                     f"the same way each time, not a new module")
         finding = self._finding(rule, reg, f"each time `{name}` runs ({text})", None, fate, related)
-        if not proven or id(reg.call) in self.conditional_fates:  # a hook that removes itself leaks only unrun
+        if not proven or id(reg.call) in self.conditional_fates or id(reg.call) in self.guessed_targets:
+            # unproven repeat; a hook that removes itself leaks only unrun; a guessed lookup of the target
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
 
@@ -384,6 +403,8 @@ class _LeakAnalysis:
         handle the wrapper hands back (or the wrapper hands back None)."""
         summary = reg.summary
         fate = self._wrapped_fate(reg)
+        if fate is None:
+            fate = self._handed_over_fate(reg)
         if fate is None:
             return None
         for loop in enclosing_loops(reg.call):
@@ -427,6 +448,24 @@ class _LeakAnalysis:
             return f"the only removal of the handle {wrapper} returns, at line {line}, never runs" + \
                 (f" ({reason})" if reason else "")
         return None
+
+    def _handed_over_fate(self, reg: Registration) -> str | None:
+        """``Extractor(model)`` of a class of another file whose methods hook
+        ``self.model`` (set from the argument) and drop the handle: the
+        constructor's file sees a new object's attribute each time, only this
+        call shows that it is the caller's module, hooked again by each object."""
+        summary = reg.summary
+        chain = reg.wrapper_chain
+        if not getattr(summary, "through_init", False) or summary.handle != "drop" or len(chain) < 2:  # type: ignore[union-attr]
+            # a constructor that registers in its own body is judged in its file (its `self.model` is the
+            # argument there); one whose helper method registers on `self.model` is not
+            return None
+        name, path, _line = chain[0]
+        if not path or path == self.ctx.display_path:
+            return None
+        inner = f" (through `{chain[-1][0]}`)" if len(chain) > 1 else ""
+        return (f"`{name.rsplit('.', 1)[0]}` keeps no handle{inner}: neither the object nor its caller can remove "
+                f"the hook, which outlives the object")
 
     def _needed_wrapped(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """As :meth:`_needed`, for a registration at a wrapper's call: a hook
@@ -571,6 +610,8 @@ class _LeakAnalysis:
         if reg.receiver is None:
             return hook  # a global hook: one target, every module
         target = self.dependence.of(reg.receiver, unit)
+        if target is None and reg.kind.is_module:
+            target = self._looked_up(reg, unit)
         if target is None:
             return None
         if reg.kind.is_tensor:
@@ -579,6 +620,45 @@ class _LeakAnalysis:
             if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)):
                 return None
         return target | hook
+
+    def _looked_up(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
+        """A module looked up in the caller's model by a helper the file cannot
+        see into (``layer = find_layer(self.model, name)``, another file's
+        getter): the same module as long as the lookup's arguments are.  A
+        guess from the shape of the call (hooklint.static.core's
+        ``looked_up_in_callers``), so a finding that rests on it is a warning."""
+        func = function_of(reg.call)
+        if reg.receiver is None or self.ctx.core.looked_up_in_callers(reg.receiver, func) is None:
+            return None
+        call = reg.receiver
+        for _ in range(4):
+            if not isinstance(call, ast.Name):
+                break
+            bindings = self.ctx.model.bindings_at(call)
+            if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+                return None
+            call = bindings[0].value
+        if not isinstance(call, ast.Call) or any(isinstance(a, ast.Starred) for a in call.args) \
+                or any(k.arg is None for k in call.keywords) or not self._plain_function(call.func):
+            return None
+        found = _union_of(self.dependence.of(arg, unit) for arg in [*call.args, *(k.value for k in call.keywords)])
+        if found is not None:
+            self.guessed_targets.add(id(reg.call))
+        return found
+
+    def _plain_function(self, func: ast.AST) -> bool:
+        """``find_layer(...)`` or ``layers.find_layer(...)`` (a function, or one
+        of an imported module), not a method of some object (``cls.from_dense(
+        mod)`` builds a new module) nor an alternate constructor (``from_*``)."""
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name.startswith("from_"):
+            return False
+        if isinstance(func, ast.Name):
+            return True
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and hasattr(func.value, "_hl_scope"):
+            bindings = self.ctx.model.bindings_at(func.value)
+            return len(bindings) == 1 and bindings[0].kind == "import"
+        return False
 
     def _finding(self, rule: Rule, reg: Registration, repeat: str, times: int | None, fate: str,
                  related: Iterable[Related] = ()) -> Finding:
@@ -814,6 +894,15 @@ def _other_branch(ctx: FileContext, use: ast.Name, binding: Binding) -> bool:
         if not in_branch:
             return False
     return True
+
+
+def _union_of(parts: Iterable[frozenset[str] | None]) -> frozenset[str] | None:
+    out: set[str] = set()
+    for part in parts:
+        if part is None:
+            return None
+        out |= part
+    return frozenset(out)
 
 
 def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:

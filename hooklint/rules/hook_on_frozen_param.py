@@ -20,7 +20,10 @@ class HookOnFrozenParam(Rule):
     Reports `p.register_hook(...)` or `p.register_post_accumulate_grad_hook(...)`
     in a loop over parameters the caller supplies (`model.parameters()` or
     `named_parameters()` of a module passed in, each group's `"params"` of
-    an optimizer's `param_groups`) with no `requires_grad` check on the way.
+    an optimizer's `param_groups`, or the parameters and groups handed to an
+    optimizer-like constructor as `torch.optim` takes them: `list(params)`,
+    `[{"params": params}]`, `group.pop("params")`) with no `requires_grad`
+    check on the way.
 
     ## Why is this bad?
     Both registrations raise on a tensor that does not require grad:

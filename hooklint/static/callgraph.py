@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 5
+SUMMARY_FORMAT = 6
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -283,8 +283,13 @@ class Dependence:
             return self._name(expr, unit, depth, self_free)
         if isinstance(expr, ast.Attribute):
             if expr.attr in self.units.attributes(unit):
-                value = self._own_attribute_value(expr, unit)
-                return None if value is None else self.of(value, unit, depth + 1, self_free)
+                values = self._own_attribute_values(expr, unit)
+                if values is None:
+                    return None
+                if self_free and len(values) > 1:
+                    # a hook made in each branch (`self.hook = Saver()` or `DetachingSaver()`): what it does
+                    return _union(self.behaviour(value, unit, depth + 1) for value in values)
+                return _union(self.of(value, unit, depth + 1, self_free) for value in values)
             if not self_free and isinstance(expr.value, ast.Name) and self._is_own_self(expr.value, unit):
                 return frozenset({f"{SELF}.{expr.attr}"})
             return self.of(expr.value, unit, depth + 1, self_free)
@@ -471,6 +476,39 @@ class Dependence:
         if len(values) != 1 or values[0].lineno > expr.lineno:
             return None
         return values[0].value
+
+    def _own_attribute_values(self, expr: ast.Attribute, unit: ast.AST) -> list[ast.AST] | None:
+        """As :meth:`_own_attribute_value`, also for an attribute assigned in
+        each branch of an ``if`` before ``expr`` (``if detach: self.hook =
+        A() else: self.hook = B()``): the values it may hold."""
+        value = self._own_attribute_value(expr, unit)
+        if value is not None:
+            return [value]
+        if not isinstance(unit, FunctionNode) or not isinstance(expr.value, ast.Name):
+            return None
+        params = positional_params(unit)
+        if not params or params[0] != expr.value.id or is_staticmethod(unit):
+            return None
+        stores = [node for node in executed_nodes(unit) if isinstance(node, ast.Attribute)
+                  and isinstance(node.ctx, ast.Store) and node.attr == expr.attr]
+        branches: list[ast.If] = []
+        values: list[ast.AST] = []
+        for node in stores:
+            parent = getattr(node, "_hl_parent", None)
+            branch = getattr(parent, "_hl_parent", None)
+            if not (isinstance(node.value, ast.Name) and node.value.id == expr.value.id) \
+                    or not isinstance(parent, ast.Assign) or len(parent.targets) != 1 \
+                    or not isinstance(branch, ast.If) or parent.end_lineno >= expr.lineno:
+                return None
+            branches.append(branch)
+            values.append(parent.value)
+        if len(values) < 2 or any(b is not branches[0] for b in branches):
+            return None
+        # one assignment in the `if` body and one in its `else`: one of them always ran
+        first = branches[0]
+        in_body = [v for v in values if getattr(v, "_hl_parent", None) in first.body]
+        in_else = [v for v in values if getattr(v, "_hl_parent", None) in first.orelse]
+        return values if len(in_body) == 1 and len(in_else) == 1 else None
 
 
 def is_self_param(model: SemanticModel, arg: ast.arg) -> bool:

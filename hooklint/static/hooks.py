@@ -183,7 +183,7 @@ class Registration:
         mod = self.receiver_module
         text = self.receiver_text
         if self.summary is not None and (self.receiver is None or getattr(self.summary, "target_text", "")):
-            return (text if text.startswith("each ") else f"`{text}`") + self.via_text()
+            return (text if text.startswith(("each ", "a part of ")) else f"`{text}`") + self.via_text()
         if mod is not None and mod.applied_from is not None:
             target = f"every submodule of `{src(mod.applied_from)}` (via `.apply`)"
         elif mod is not None and mod.class_name:

@@ -81,6 +81,66 @@ def _collection(model: SemanticModel, inference: Inference, iterable: ast.AST, p
         if isinstance(group, ast.Subscript) and isinstance(group.value, ast.Attribute) \
                 and group.value.attr == "param_groups":
             return f"each parameter in the `param_groups` of `{ast.unparse(group.value.value)}`", None
+    caller_groups = _params_of_callers_group(model, inference, iterable, path, depth)
+    if caller_groups is not None:
+        return caller_groups, None
+    return None
+
+
+def _params_of_callers_group(model: SemanticModel, inference: Inference, iterable: ast.AST,
+                             path: tuple[int, ...], depth: int) -> str | None:
+    """``group["params"]``, ``group.pop("params")`` or ``group.get("params", ...)``
+    of a group the caller handed over (see :func:`_group_of_callers`)."""
+    if path:
+        return None
+    group = None
+    if isinstance(iterable, ast.Subscript) and _is_str(iterable.slice, "params"):
+        group = iterable.value
+    elif isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+            and iterable.func.attr in ("pop", "get") and iterable.args and _is_str(iterable.args[0], "params"):
+        group = iterable.func.value
+    if not isinstance(group, ast.Name):
+        return None
+    return _group_of_callers(model, inference, group, depth + 1)
+
+
+def _group_of_callers(model: SemanticModel, inference: Inference, group: ast.Name, depth: int) -> str | None:
+    """``group`` runs over parameter groups the caller handed over, as
+    ``torch.optim.Optimizer`` takes them: ``for group in param_groups`` with
+    ``param_groups`` the caller's ``params`` argument, ``list(params)`` of
+    it, or ``[{"params": params}]`` wrapping a plain list of its tensors."""
+    bindings = model.bindings_at(group)
+    if len(bindings) != 1 or bindings[0].kind != "for" or bindings[0].path or not isinstance(bindings[0].value, ast.AST):
+        return None
+    return _callers_groups(model, inference, bindings[0].value, depth + 1)  # type: ignore[arg-type]
+
+
+def _callers_groups(model: SemanticModel, inference: Inference, expr: ast.AST, depth: int) -> str | None:
+    if depth > 2 * _MAX_DEPTH:
+        return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "tuple") \
+            and len(expr.args) == 1 and not expr.keywords:
+        return _callers_groups(model, inference, expr.args[0], depth + 1)
+    if isinstance(expr, (ast.List, ast.Tuple)) and expr.elts:
+        # `[{"params": params}]`: every group's "params" entry is the caller's
+        texts = []
+        for elt in expr.elts:
+            if not isinstance(elt, ast.Dict):
+                return None
+            entry = next((v for k, v in zip(elt.keys, elt.values) if k is not None and _is_str(k, "params")), None)
+            if entry is None:
+                return None
+            texts.append(_callers_groups(model, inference, entry, depth + 1))
+        return texts[0] if all(t is not None for t in texts) else None
+    if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+        bindings = model.bindings_at(expr)
+        if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
+                and isinstance(bindings[0].value, ast.AST):
+            return _callers_groups(model, inference, bindings[0].value, depth + 1)  # type: ignore[arg-type]
+        if len(bindings) == 1 and bindings[0].kind == "param":
+            found = outside_root(model, inference, expr)
+            if found is not None:
+                return f"each parameter in the groups of {found[0]}"
     return None
 
 

@@ -199,7 +199,18 @@ class Inference:
             return None
         if isinstance(expr, ast.NamedExpr):
             return self.infer(expr.value)
+        if isinstance(expr, ast.IfExp):
+            return self._either_module(expr)
         del m
+        return None
+
+    def _either_module(self, expr: ast.IfExp) -> Value:
+        """``module.to(device) if device is not None else module``: a module
+        whichever branch runs, when both branches are the same kind of module.
+        Only modules: a tensor's flags (leaf, requires_grad) may differ by branch."""
+        body, orelse = self.infer(expr.body), self.infer(expr.orelse)
+        if isinstance(body, ModuleValue) and _same_kind(body, orelse):
+            return _merge([body, orelse])
         return None
 
     # ----------------------------------------------------------------- names

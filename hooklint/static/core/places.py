@@ -169,6 +169,11 @@ class Places:
         if isinstance(expr, ast.Attribute):
             return attribute(self.of(expr.value, func, depth + 1), expr.attr)
         if isinstance(expr, ast.Subscript):
+            inner = expr.value
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and len(inner.args) == 1 \
+                    and not inner.keywords and inner.func.id in ("dict", "list", "tuple") and self._builtin(inner.func):
+                # `dict(model.named_modules())[name]`, `list(model.children())[-1]`: an item of what it copied
+                return self.element_of(inner.args[0], func, (1,) if inner.func.id == "dict" else (), depth + 1)
             return element(self.of(expr.value, func, depth + 1))
         if isinstance(expr, ast.Starred):
             return UNKNOWN

@@ -94,6 +94,9 @@ class Reg:
     target_text: str = field(default="", compare=False, hash=False)  # how to name the target, when not `target_expr`
     hook_expr: ast.AST | None = field(default=None, compare=False, hash=False)
     registration: "Registration | None" = field(default=None, compare=False, hash=False)
+    # the target is an attribute the constructor called here set from the call's argument (``self.model =
+    # model``): the constructor's own file sees a new object's attribute, only this call sees whose module
+    through_init: bool = field(default=False, compare=False, hash=False)
 
     def to_json(self) -> list[Any]:
         return [self.kind, self.target, self.hook, self.handle, self.line, self.api, self.path,
@@ -130,6 +133,9 @@ class Facts:
     elems: str = ""
     returns: str = ""  # the place of what it returns, when every return agrees (a part of an argument)
     noreturn: bool = False
+    # a constructor's attributes set from its parameters (``self.model = model``: {"model": "p:model"}),
+    # so that a registration on ``self.model`` is, at ``Cls(net)``, one on ``net``
+    inits: dict[str, str] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not (self.regs or self.removes or self.forgets or self.runs or self.ret or self.elems
@@ -156,6 +162,8 @@ class Facts:
                 out[name] = getattr(self, name)
         if self.noreturn:
             out["noreturn"] = True
+        if self.inits:
+            out["inits"] = self.inits
         return out
 
     @classmethod
@@ -168,7 +176,7 @@ class Facts:
                      for p, line, chain in data.get("removes", ())],
             forgets=list(data.get("forgets", ())), runs=list(data.get("runs", ())),
             ret=data.get("ret", ""), elems=data.get("elems", ""), returns=data.get("returns", ""),
-            noreturn=bool(data.get("noreturn")))
+            noreturn=bool(data.get("noreturn")), inits=dict(data.get("inits", {})))
 
 
 @dataclass
@@ -242,6 +250,8 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
     recv = P.NEW if edge.construct else edge.recv
 
     def sub(place: str) -> str:
+        if edge.construct and callee.inits:
+            place = through_inits(place, callee.inits)
         return P.substitute(place, lambda param: edge.argument(callee, param), recv)
 
     when: list[tuple[str, str, Any]] = []
@@ -274,6 +284,21 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
                tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
                reg.handle in ("ret", "ret*"), reg.guessed, reg.once or edge.once)
+
+
+def through_inits(place: str, inits: dict[str, str]) -> str:
+    """``s.model.fc`` (or a part of it) of an object under construction, as
+    the constructor's parameter it was set from: ``p:model.fc``."""
+    prefix = ""
+    while place.startswith(P.ELEMENT):
+        prefix, place = prefix + P.ELEMENT, place[len(P.ELEMENT):]
+    if not place.startswith("s."):
+        return prefix + place
+    attr, dot, rest = place[2:].partition(".")
+    found = inits.get(attr)
+    if found is None:
+        return prefix + place
+    return prefix + (f"{found}.{rest}" if dot else found)
 
 
 def _combine_fate(handle: str, outer: str, callee: Facts, sub: Callable[[str], str]) -> str:
@@ -417,9 +442,20 @@ class FileFacts:
                         target_text=f"each submodule of `{_src(call.func.value)}`" if on_module else "",  # type: ignore[attr-defined]
                         hook_expr=None))
                     continue
-                out.regs.append(replace(mapped, site=call, target_expr=self._argument_expr(call, callee, edge,
-                                                                                           reg.target),
-                                        hook_expr=self._argument_expr(call, callee, edge, reg.hook)))
+                target_expr = self._argument_expr(call, callee, edge, reg.target)
+                target_text = ""
+                through_init = False
+                if target_expr is None and edge.construct and callee.inits:
+                    # `Extractor(model)` whose methods hook `self.model` (or a layer of it): the argument
+                    through = through_inits(reg.target, callee.inits)
+                    whole = through[len(P.ELEMENT):] if through.startswith(P.ELEMENT) else through
+                    target_expr = self._argument_expr(call, callee, edge, whole) if whole != reg.target else None
+                    through_init = target_expr is not None
+                    if target_expr is not None and whole != through:
+                        target_text = f"a part of `{_src(target_expr)}`"
+                out.regs.append(replace(mapped, site=call, target_expr=target_expr, target_text=target_text,
+                                        hook_expr=self._argument_expr(call, callee, edge, reg.hook),
+                                        through_init=through_init))
             part = apply_edge(replace(callee, regs=[]), edge, name, path, line)
             stmt = self.core.statement(call)
             for removal in part.removes:
@@ -561,16 +597,22 @@ class FileFacts:
             owner = self.places.owner(inner)
             if isinstance(outer, ast.Call) and outer.func is inner and isinstance(owner, FunctionNode):
                 candidates[id(owner)] = owner
+        for owner in list(candidates.values()):
+            # the constructor of a class whose methods register: what its attributes are set from
+            cls = self.model.enclosing_class(owner)
+            init = cls.methods.get("__init__") if cls is not None and owner in cls.methods.values() else None
+            if isinstance(init, FunctionNode):
+                candidates.setdefault(id(init), init)
         out: dict[str, Any] = {}
         for func in sorted(candidates.values(), key=lambda f: (f.lineno, f.col_offset)):
             local = qualname(func)
             if local is None:
                 continue
             facts = self.direct(func)
-            if facts.empty():
+            if facts.empty() and not facts.inits:
                 continue
             data = facts.to_json()
-            if facts.regs or self._calls_with_facts(func):
+            if facts.regs or self._calls_with_facts(func) or facts.inits:
                 if self._returns_none(func):
                     data["rn"] = True
             out[local] = data
@@ -619,6 +661,8 @@ class FileFacts:
             if id(reg.call) in chosen:
                 continue
             target = places.of(reg.receiver, func) if reg.receiver is not None else "global"
+            if target.startswith("s.") and "." not in target[2:]:
+                target = self._set_just_before(reg.receiver, reg.call, func) or target
             guessed = False
             if target == P.UNKNOWN and reg.receiver is not None:
                 looked_up = core.looked_up_in_callers(reg.receiver, func)
@@ -663,9 +707,58 @@ class FileFacts:
                 facts.ret = "none"
             facts.elems = self._elements(func)
             facts.returns = self._returned_place(func)
+            facts.inits = self._inits(func)
             if any(isinstance(n, ast.Raise) for n in self.exits_in(func)) and not self.is_generator(func):
                 facts.noreturn = not core.cfg(func).can_exit_normally()
         return facts
+
+    def _inits(self, func: ast.AST) -> dict[str, str]:
+        """A constructor's ``self.<attr> = <parameter or part of one>``, in its
+        own body (not under a branch), for attributes no other statement of
+        the class assigns: what the new object's attribute is at the call."""
+        if getattr(func, "name", "") != "__init__" or not isinstance(func, FunctionNode):
+            return {}
+        cls = self.model.enclosing_class(func)
+        if cls is None or func not in cls.methods.values():
+            return {}
+        out: dict[str, str] = {}
+        for stmt in func.body:
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Attribute)):
+                continue
+            target = stmt.targets[0]
+            if self.places.of(target.value, func) != P.SELF or len(cls.attribute(target.attr)) != 1:
+                continue
+            place = self.places.of(stmt.value, func)
+            if P.root(place).startswith("p:"):
+                out[target.attr] = place
+        return out
+
+    def _set_just_before(self, receiver: ast.AST, site: ast.Call, func: ast.AST | None) -> str | None:
+        """``self.layer = dict(self.model.named_modules())[name]`` and then
+        ``self.layer.register_forward_hook(...)`` in the same method: the hook
+        is on what was assigned (a part of the caller's model), whatever the
+        attribute holds later.  Only one assignment of the attribute in the
+        method, in a block that holds the registration, before it."""
+        if not isinstance(func, FunctionNode) or not isinstance(receiver, ast.Attribute) \
+                or self.places.of(receiver.value, func) != P.SELF:
+            return None
+        stores = [node for node in ast.walk(func) if isinstance(node, ast.Attribute)
+                  and isinstance(node.ctx, ast.Store) and node.attr == receiver.attr
+                  and self.places.of(node.value, func) == P.SELF]
+        if len(stores) != 1:
+            return None
+        assign = getattr(stores[0], "_hl_parent", None)
+        if not isinstance(assign, ast.Assign) or assign.targets != [stores[0]]:
+            return None
+        block_owner = getattr(assign, "_hl_parent", None)
+        cur: ast.AST | None = site
+        while cur is not None and cur is not block_owner:
+            cur = getattr(cur, "_hl_parent", None)
+        if cur is None or assign.lineno >= site.lineno:
+            return None
+        place = self.places.of(assign.value, func)
+        return place if P.is_callers(place) and P.root(place) != f"s.{receiver.attr}" else None
 
     def _is_stored(self, func: ast.AST | None, attr: ast.Attribute) -> bool:
         """``self.<name>`` naming an object the class stores (``self.model =
