@@ -38,6 +38,15 @@ class ForwardBypassesHooks(Rule):
     the module's computation on purpose: the caller called that method, not
     the module).
 
+    The receiver is followed to what it is: a layer the class builds, a
+    constructor argument the class calls (`self.module.forward(x)` in a
+    wrapper), each module of an `nn.Sequential` or `nn.ModuleList` (a
+    subclass included: `for m in self: x = m.forward(x)`), an element or a
+    `values()` item of an `nn.ModuleDict`, a child from `self._modules[name]`.
+    A class whose base this file cannot see (a star import) counts as a
+    module when it calls, on `self`, a method only torch modules have
+    (`self.register_parameter(...)`, `self.add_module(...)`).
+
     ## Known problems
     The severity is *warning*: the call is only wrong when some hook is (or
     later gets) registered on the module, which hooklint cannot always see.
@@ -135,6 +144,11 @@ class ForwardBypassesHooks(Rule):
         "    def forward(self, x):\n"
         "        return x\n"
         "Step().forward(1)\n",
+        # iterating an nn.ModuleDict gives its names, not its modules
+        "import torch.nn as nn\n"
+        "class Heads(nn.ModuleDict):\n"
+        "    def forward(self, x):\n"
+        "        return {name: self[name](x) for name in self}\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -162,6 +176,20 @@ class ForwardBypassesHooks(Rule):
             "        self.inner = nn.Conv2d(3, 8, 3)\n"
             "    def forward(self, x):\n"
             "        return self.inner(x)  # HKL303\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n"
+            "class Chain(nn.Sequential):\n"
+            "    def forward(self, x):\n"
+            "        for module in self:\n"
+            "            x = module.forward(x)  # HKL303\n"
+            "        return x\n",
+            fixed="import torch.nn as nn\n"
+            "class Chain(nn.Sequential):\n"
+            "    def forward(self, x):\n"
+            "        for module in self:\n"
+            "            x = module(x)  # HKL303\n"
+            "        return x\n",
         ),
     )
 

@@ -23,7 +23,9 @@ class FullHookOnCallerModule(Rule):
     Reports a full backward hook (`register_full_backward_hook`,
     `register_full_backward_pre_hook`) that a function or class registers on
     a module its caller supplies (a parameter such as `target_layer`, an
-    argument stored by `__init__`, each submodule of the caller's model),
+    argument stored by `__init__`, each submodule of the caller's model,
+    also when a comprehension picks them first: `layers = {m: name for
+    name, m in model.named_modules() if ...}; for m in layers:`),
     when no call in the same file shows which module that is.
 
     ## Why is this bad?
@@ -176,6 +178,13 @@ class FullHookOnCallerModule(Rule):
             "def watch(model, log):\n"
             "    for name, m in model.named_modules():\n"
             "        m.register_full_backward_hook(log)  # HKL405\n"
+        ),
+        # the caller's layers picked into a comprehension first (singd 0.0.1)
+        Invalid(
+            "import torch.nn as nn\n"
+            "def install(model, log):\n"
+            "    names = {m: n for n, m in model.named_modules() if isinstance(m, nn.Linear)}\n"
+            "    return [m.register_full_backward_hook(log) for m in names]  # HKL405\n"
         ),
     )
 
