@@ -42,7 +42,9 @@ class ForwardBypassesHooks(Rule):
     constructor argument the class calls (`self.module.forward(x)` in a
     wrapper), each module of an `nn.Sequential` or `nn.ModuleList` (a
     subclass included: `for m in self: x = m.forward(x)`), an element or a
-    `values()` item of an `nn.ModuleDict`, a child from `self._modules[name]`.
+    `values()` item of an `nn.ModuleDict`, a child from `self._modules[name]`,
+    `getattr(self, "fc")`, and `getattr(self, f"layer{i}")` when every
+    attribute of the class that name can spell is a module.
     A class whose base this file cannot see (a star import) counts as a
     module when it calls, on `self`, a method only torch modules have
     (`self.register_parameter(...)`, `self.add_module(...)`).

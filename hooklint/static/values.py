@@ -488,6 +488,8 @@ class Inference:
                     via="partial",
                 )
             return None
+        if qual == "builtins.getattr" and len(call.args) == 2 and not call.keywords:
+            return self._getattr_value(call)
         if qual in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return TensorValue(parameter=True, leaf=True, requires_grad=_kw_bool(call, "requires_grad", True))
         if qual in _TENSOR_FACTORIES:
@@ -533,6 +535,36 @@ class Inference:
                 return CallableValue(returned, via="factory")
         if isinstance(target, ObjectValue):
             return None
+        return None
+
+    def _getattr_value(self, call: ast.Call) -> Value:
+        """``getattr(obj, "fc")`` is ``obj.fc``; ``getattr(self, f"layer{i}")`` a
+        module when every attribute of the class that name can spell
+        (``layer1`` ... ``layer4``) is one."""
+        base = self.infer(call.args[0])
+        name = call.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return self.attribute_of(base, ast.Attribute(value=call.args[0], attr=name.value, ctx=ast.Load()))
+        prefix = None
+        if isinstance(name, ast.JoinedStr) and name.values and isinstance(name.values[0], ast.Constant):
+            prefix = name.values[0].value
+        elif isinstance(name, ast.BinOp) and isinstance(name.op, ast.Mod) and isinstance(name.left, ast.Constant) \
+                and isinstance(name.left.value, str):
+            prefix = name.left.value.split("%", 1)[0]
+        if not isinstance(prefix, str) or not prefix or not isinstance(base, ModuleValue) \
+                or base.local_class is None:
+            return None
+        names: set[str] = set()
+        stack, seen = [base.local_class], 0
+        while stack and seen < 16:
+            info = stack.pop()
+            seen += 1
+            names.update(n for n in info.attributes if n.startswith(prefix))
+            stack.extend(info.local_bases)
+        values = [self.attribute_of(base, ast.Attribute(value=call.args[0], attr=n, ctx=ast.Load()))
+                  for n in sorted(names)]
+        if values and all(isinstance(v, ModuleValue) for v in values):
+            return ModuleValue(description=short_source(call))
         return None
 
     def _returned_callable(self, func: ast.FunctionDef | ast.AsyncFunctionDef):

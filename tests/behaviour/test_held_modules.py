@@ -62,12 +62,24 @@ def test_module_lists_dicts_and_named_children_called_through_forward_skip_their
     assert fired == ["blocks.0"]
 
 
+def test_layers_reached_with_getattr_and_called_through_forward_skip_their_hooks():
+    fixture = runpy.run_path(str(CONTAINERS))
+    stages = fixture["Stages"]()
+    fired: list = []
+    _hook_every_child(stages, fired)
+    stages(torch.rand(1, 2))
+    assert fired == []
+    stages.layer1(torch.rand(1, 2))
+    assert fired == ["layer1"]
+
+
 def test_the_container_fixture_is_reported_where_forward_is_called():
     source = CONTAINERS.read_text(encoding="utf-8")
     lines = [i for i, text in enumerate(source.splitlines(), 1) if ".forward(" in text and "# HKL303" in text]
     got = {line for line, code in codes_at(lint(source, "HKL303"))}
     assert set(lines) <= got
-    quiet = [i for i, text in enumerate(source.splitlines(), 1) if "step.forward(x)" in text]
+    quiet = [i for i, text in enumerate(source.splitlines(), 1)
+             if "step.forward(x)" in text or 'f"s{k}").forward' in text]
     assert not set(quiet) & got
 
 
