@@ -799,7 +799,7 @@ def refuses_held_keys(ctx: "FileContext", cls: ClassInfo, attr: str, stores: lis
         method = method_of(store)
         if not isinstance(key, ast.Name) or method is None or key.id not in _parameters(method):
             return False
-        if not _refused_before(ctx, cls, method, key.id, store.lineno):  # type: ignore[attr-defined]
+        if not _refused_before(ctx, cls, attr, method, key.id, store.lineno):  # type: ignore[attr-defined]
             return False
     for removal in removals(ctx, cls, attr):
         receiver = removal.call.func.value  # type: ignore[attr-defined]
@@ -816,9 +816,10 @@ def _parameters(func: ast.AST) -> set[str]:
     return {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
 
 
-def _refused_before(ctx: "FileContext", cls: ClassInfo, method: ast.AST, key: str, line: int) -> bool:
+def _refused_before(ctx: "FileContext", cls: ClassInfo, attr: str, method: ast.AST, key: str, line: int) -> bool:
     """``if <key> in self.<registry>: raise ...`` (or ``return``) in the
-    method's own body, before ``line``, with a class-body registry."""
+    method's own body, before ``line``, with a class-body registry that is
+    the dict of handles itself or one the method fills under the same key."""
     for stmt in method.body:  # type: ignore[attr-defined]
         if stmt.lineno >= line:
             return False
@@ -827,7 +828,19 @@ def _refused_before(ctx: "FileContext", cls: ClassInfo, method: ast.AST, key: st
                 and stmt.test.left.id == key and stmt.body and isinstance(stmt.body[-1], (ast.Raise, ast.Return))):
             continue
         found = self_attribute(ctx, stmt.test.comparators[0])
-        if found is not None and found[0] is cls and _class_level(cls, found[1]):
+        if found is not None and found[0] is cls and _class_level(cls, found[1]) \
+                and (found[1] == attr or _fills(ctx, cls, method, found[1], key)):
+            return True
+    return False
+
+
+def _fills(ctx: "FileContext", cls: ClassInfo, method: ast.AST, registry: str, key: str) -> bool:
+    """``self.<registry>[key] = ...`` in ``method``."""
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Name) and t.slice.id == key
+                and (found := self_attribute(ctx, t.value)) is not None and found[0] is cls and found[1] == registry
+                for t in node.targets):
             return True
     return False
 
