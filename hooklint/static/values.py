@@ -712,3 +712,32 @@ def _merge(values: list[Value]) -> Value:
 
 
 src = short_source  # the name rules import
+
+
+def module_by_use(model: SemanticModel, name: ast.AST) -> bool:
+    """An unannotated parameter the same function also uses as only torch
+    modules are used (``model.named_modules()``, ``model.register_forward_hook(...)``,
+    ``model.state_dict()``): ``def profile(model, x): for m in model.modules(): ...``."""
+    if not isinstance(name, ast.Name) or not hasattr(name, "_hl_scope"):
+        return False
+    bindings = model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return False
+    func = bindings[0].scope.node
+    if model.imported_packages & FOREIGN_FRAMEWORKS:
+        return False
+    for method in _USED_ONLY_ON_MODULES:
+        for call in model.method_calls.get(method, ()):
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if isinstance(receiver, ast.Name) and receiver.id == name.id and receiver is not name:
+                found = model.bindings_at(receiver)
+                if len(found) == 1 and found[0] is bindings[0]:
+                    return True
+    return False
+
+
+# What a function does with its parameter only when that is a torch module (an
+# optimizer also has state_dict(); a Gluon block register_forward_hook, ruled out above)
+_USED_ONLY_ON_MODULES = ("parameters", "named_parameters", "named_modules", "named_children", "named_buffers",
+                         "modules", "children", "register_forward_hook", "register_forward_pre_hook",
+                         "register_full_backward_hook", "register_full_backward_pre_hook")

@@ -111,3 +111,21 @@ def test_the_comprehension_registrations_are_reported():
                    "conv.register_full_backward_hook("):
         line = next(i for i, text in enumerate(source.splitlines(), 1) if needle in text)
         assert line in got, needle
+
+
+def test_a_function_that_hooks_its_parameter_module_by_module_and_calls_forward_skips_the_models_own_hooks():
+    """fixtures/rules/hkl303_forward_bypasses_hooks.py's `profile`: the pre-hooks on
+    the children run (the model's forward calls them), the one on the model itself
+    does not; calling the model runs it."""
+    fixture = runpy.run_path(str(FIXTURES / "rules" / "hkl303_forward_bypasses_hooks.py"))
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    fired: list = []
+    model.register_forward_pre_hook(lambda m, i: fired.append("model"))
+    model[0].register_forward_pre_hook(lambda m, i: fired.append("0"))
+    fixture["profile"](model, torch.rand(1, 2))
+    assert fired == ["0"]
+    model(torch.rand(1, 2))
+    assert fired == ["0", "model", "0"]
+    source = (FIXTURES / "rules" / "hkl303_forward_bypasses_hooks.py").read_text(encoding="utf-8")
+    line = next(i for i, text in enumerate(source.splitlines(), 1) if "out = model.forward(x)  # HKL303" in text)
+    assert (line, "HKL303") in codes_at(lint(source, "HKL303"))
