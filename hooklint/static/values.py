@@ -621,11 +621,11 @@ class Inference:
         return None
 
 
-# Methods only torch modules have (together: a stored argument used with them is one).
 # Methods torch modules have and the layers of other frameworks do not (Paddle's
 # Layer has register_buffer and parameters(), MXNet's Block register_child).
 _SELF_MODULE_ONLY_METHODS = ("register_parameter", "add_module", "register_module", "named_modules",
                              "get_submodule", "get_parameter")
+# Methods only torch modules have (together: a stored argument used with them is one).
 _MODULE_ONLY_METHODS = ("parameters", "named_parameters", "named_modules", "named_children", "state_dict",
                         "load_state_dict", "register_forward_hook", "register_forward_pre_hook",
                         "register_full_backward_hook", "named_buffers")
@@ -715,15 +715,14 @@ src = short_source  # the name rules import
 
 
 def module_by_use(model: SemanticModel, name: ast.AST) -> bool:
-    """An unannotated parameter the same function also uses as only torch
-    modules are used (``model.named_modules()``, ``model.register_forward_hook(...)``,
-    ``model.state_dict()``): ``def profile(model, x): for m in model.modules(): ...``."""
+    """A parameter the same function also uses as only torch modules are used
+    (``model.named_modules()``, ``model.register_forward_hook(...)``):
+    ``def profile(model, x): for m in model.modules(): ...``."""
     if not isinstance(name, ast.Name) or not hasattr(name, "_hl_scope"):
         return False
     bindings = model.bindings_at(name)
     if len(bindings) != 1 or bindings[0].kind != "param":
         return False
-    func = bindings[0].scope.node
     if model.imported_packages & FOREIGN_FRAMEWORKS:
         return False
     for method in _USED_ONLY_ON_MODULES:
