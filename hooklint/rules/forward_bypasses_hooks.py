@@ -12,7 +12,7 @@ from hooklint.static.hook_targets import hook_words, object_key, registrations_b
 from hooklint.static.hooks import HookKind
 from hooklint.static.inplace import inplace_of_name, inplace_use_of
 from hooklint.static.semantic import is_staticmethod, positional_params
-from hooklint.static.values import ModuleValue, src
+from hooklint.static.values import ModuleValue, module_by_use, src
 
 
 class ForwardBypassesHooks(Rule):
@@ -38,12 +38,30 @@ class ForwardBypassesHooks(Rule):
     the module's computation on purpose: the caller called that method, not
     the module).
 
+    The receiver is followed to what it is: a layer the class builds, a
+    constructor argument the class calls (`self.module.forward(x)` in a
+    wrapper), each module of an `nn.Sequential` or `nn.ModuleList` (a
+    subclass included: `for m in self: x = m.forward(x)`), an element or a
+    `values()` item of an `nn.ModuleDict`, a child from `self._modules[name]`,
+    `getattr(self, "fc")`, and `getattr(self, f"layer{i}")` when every
+    attribute of the class that name can spell is a module.  An unannotated
+    parameter is a module when the same function uses it as only modules
+    are used (`model.modules()`, `model.named_parameters()`,
+    `model.register_forward_hook(...)`).
+    A class whose base this file cannot see (a star import) counts as a
+    module when it calls, on `self`, a method only torch modules have
+    (`self.register_parameter(...)`, `self.add_module(...)`).
+
     ## Known problems
     The severity is *warning*: the call is only wrong when some hook is (or
     later gets) registered on the module, which hooklint cannot always see.
     Modules from `torch.nn.utils.parametrizations` compute the weight when it
     is read, not in a hook, and are not affected.  Receivers whose type
-    hooklint cannot tell (an unannotated parameter) are not reported.
+    hooklint cannot tell (an unannotated parameter used for nothing else) are
+    not reported.  In a file that imports MXNet, Paddle, MindSpore, OneFlow,
+    Jittor or MegEngine, whose layers have `forward` and some of torch's
+    method names too, a class or parameter is never taken for a torch
+    module from its use alone.
 
     ## Example
     ```python
@@ -135,6 +153,11 @@ class ForwardBypassesHooks(Rule):
         "    def forward(self, x):\n"
         "        return x\n"
         "Step().forward(1)\n",
+        # iterating an nn.ModuleDict gives its names, not its modules
+        "import torch.nn as nn\n"
+        "class Heads(nn.ModuleDict):\n"
+        "    def forward(self, x):\n"
+        "        return {name: self[name](x) for name in self}\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -163,6 +186,32 @@ class ForwardBypassesHooks(Rule):
             "    def forward(self, x):\n"
             "        return self.inner(x)  # HKL303\n",
         ),
+        Invalid(
+            "def profile(model, x):\n"
+            "    counts = {}\n"
+            "    for m in model.modules():\n"
+            "        m.register_forward_pre_hook(lambda mod, inp: counts.update(n=1))\n"
+            "    return model.forward(x)  # HKL303\n",
+            fixed="def profile(model, x):\n"
+            "    counts = {}\n"
+            "    for m in model.modules():\n"
+            "        m.register_forward_pre_hook(lambda mod, inp: counts.update(n=1))\n"
+            "    return model(x)  # HKL303\n",
+        ),
+        Invalid(
+            "import torch.nn as nn\n"
+            "class Chain(nn.Sequential):\n"
+            "    def forward(self, x):\n"
+            "        for module in self:\n"
+            "            x = module.forward(x)  # HKL303\n"
+            "        return x\n",
+            fixed="import torch.nn as nn\n"
+            "class Chain(nn.Sequential):\n"
+            "    def forward(self, x):\n"
+            "        for module in self:\n"
+            "            x = module(x)  # HKL303\n"
+            "        return x\n",
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -171,6 +220,8 @@ class ForwardBypassesHooks(Rule):
             func = call.func
             assert isinstance(func, ast.Attribute)
             value = ctx.inference.infer(func.value)
+            if value is None and module_by_use(ctx.model, func.value):
+                value = ModuleValue(description=src(func.value))
             if not isinstance(value, ModuleValue):
                 continue
             cls = value.local_class

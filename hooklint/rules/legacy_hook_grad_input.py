@@ -70,7 +70,12 @@ class LegacyHookGradInput(Rule):
     it came, or gives it (detached or not, after type tests such as
     `isinstance`) to callbacks taken from a container at run time or to a
     callable its object was given by its caller (`self.hook_func`, assigned
-    from a parameter of `__init__`, as fastai's `Hook` does).  What that code
+    from a parameter of `__init__`, as fastai's `Hook` does, also when
+    `__init__` stores its arguments in one call: fastcore's `store_attr`,
+    `self.__dict__.update(...)`).  On the way the value may be moved or
+    copied (`.cpu()`, `.clone()`, `.to(...)`), or go through a helper of
+    another file that the hook applies alike to another of its arguments
+    (`to_detach(input, cpu=c), to_detach(output, cpu=c)`).  What that code
     does with the value cannot be seen at the registration; the legacy
     registration is still reported by HKL101.
 
@@ -173,6 +178,24 @@ class LegacyHookGradInput(Rule):
         "        grad_input = (g.detach() for g in grad_input) if isinstance(grad_input, tuple) "
         "else grad_input.detach()\n"
         "        self.stored = self.hook_func(module, grad_input, grad_output)\n",
+        # fastai 2's Hook: store_attr sets hook_func, and one helper converts input and output alike
+        "from fastcore.basics import store_attr\n"
+        "from fastai.torch_core import to_detach\n"
+        "class Hook:\n"
+        "    def __init__(self, m, hook_func, detach=True, cpu=False):\n"
+        "        store_attr('hook_func,detach,cpu')\n"
+        "        self.hook = m.register_backward_hook(self.hook_fn)\n"
+        "    def hook_fn(self, module, input, output):\n"
+        "        if self.detach:\n"
+        "            input, output = to_detach(input, cpu=self.cpu), to_detach(output, cpu=self.cpu)\n"
+        "        self.stored = self.hook_func(module, input, output)\n",
+        # the callable is set with the other arguments through __dict__, the values moved to the CPU
+        "class Recorder:\n"
+        "    def __init__(self, layer, callback):\n"
+        "        self.__dict__.update(callback=callback)\n"
+        "        self.handle = layer.register_backward_hook(self.on_grad)\n"
+        "    def on_grad(self, module, grad_input, grad_output):\n"
+        "        self.callback(module, [g.cpu() for g in grad_input], grad_output)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -228,6 +251,17 @@ class LegacyHookGradInput(Rule):
             "        self.handle = module.register_backward_hook(self.hook_fn)  # HKL101, HKL102\n"
             "    def hook_fn(self, module, grad_input, grad_output):\n"
             "        self.hook_func(module, grad_input[0].norm(), grad_output)\n"
+        ),
+        # a helper applied to grad_input alone reads it; store_attr only names where the callable is
+        Invalid(
+            "from fastcore.basics import store_attr\n"
+            "from mylib import summarize\n"
+            "class Hook:\n"
+            "    def __init__(self, m, hook_func):\n"
+            "        store_attr('hook_func')\n"
+            "        self.hook = m.register_backward_hook(self.hook_fn)  # HKL101, HKL102\n"
+            "    def hook_fn(self, module, input, output):\n"
+            "        self.hook_func(module, summarize(input), output)\n"
         ),
     )
 

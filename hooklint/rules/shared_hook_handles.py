@@ -8,7 +8,14 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.handles import assignments, class_body_value, destination, is_mutable_container, removals
+from hooklint.static.handles import (
+    assignments,
+    class_body_value,
+    destination,
+    is_mutable_container,
+    refuses_held_keys,
+    removals,
+)
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, Registration
 from hooklint.static.semantic import ClassInfo
 
@@ -34,8 +41,14 @@ class SharedHookHandles(Rule):
     ## Known problems
     The rule follows handles stored through `self` in the class's own
     methods.  A container annotated `ClassVar[...]` is taken as shared on
-    purpose and not reported.  The severity is *warning*: nothing goes wrong
-    while one instance at a time holds hooks.
+    purpose and not reported, and so is a dict used as a registry by key:
+    each handle stored under a key the storing method is given, after that
+    method refuses a key the class already holds (`if name in
+    self._masked: raise ...`, a class-body container), and each removal
+    taking one key (`self.hooks.pop(name).remove()`): no instance then
+    overwrites or removes another's handle (sparseml's `LayerParamMasking`).
+    The severity is *warning*: nothing goes wrong while one instance at a
+    time holds hooks.
 
     ## Example
     ```python
@@ -96,6 +109,18 @@ class SharedHookHandles(Rule):
     severity = Severity.WARNING
     triggers = REGISTRATION_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
+        # a registry by key: a key held by any instance is refused, removals take one key
+        "class Masks:\n"
+        "    _masked = {}\n"
+        "    _hooks = {}\n"
+        "    def add(self, name, layer):\n"
+        "        if name in self._masked:\n"
+        "            raise ValueError(name)\n"
+        "        self._masked[name] = layer\n"
+        "        self._hooks[name] = layer.register_forward_hook(print)\n"
+        "    def remove(self, name):\n"
+        "        self._hooks[name].remove()\n"
+        "        del self._hooks[name], self._masked[name]\n",
         # each call that registers first gives the instance its own list (captum's LRP)
         "class Explainer:\n"
         "    handles = []\n"
@@ -202,8 +227,10 @@ class SharedHookHandles(Rule):
             return None
         if all(_rebound_before(ctx, cls, attr, _method_of(node), node.lineno) for _c, _r, node in entries):
             return None  # each call that stores handles first gives the instance a new container
-        first = entries[0][2]
         kind = _container_kind(ctx, value)
+        if kind == "dict" and refuses_held_keys(ctx, cls, attr, [node for _c, _r, node in entries]):
+            return None  # a registry by key, shared on purpose: no instance touches another's keys
+        first = entries[0][2]
         store_method = getattr(ctx.model.enclosing_class(first), "name", cls.name)
         where = _method_name(first)
         gone = removals(ctx, cls, attr)

@@ -779,3 +779,73 @@ def is_script(tree: ast.Module) -> bool:
                 and stmt.test.left.id == "__name__":
             return True
     return False
+
+
+def refuses_held_keys(ctx: "FileContext", cls: ClassInfo, attr: str, stores: list[ast.AST]) -> bool:
+    """A dict of handles shared by the instances as a registry, on purpose:
+    every store is ``self.<attr>[key] = handle`` with ``key`` a parameter of
+    the storing method, which first refuses a key the class already holds
+    (``if key in self.<registry>: raise``, the registry a class-body
+    container, this one or another), and every removal takes one key
+    (``self.<attr>[key].remove()``, ``self.<attr>.pop(key).remove()``), none
+    goes through them all.  One instance then never overwrites another's
+    handle, and removing its keys removes only its hooks (sparseml's
+    ``LayerParamMasking``, keyed by layer name)."""
+    for store in stores:
+        if not (isinstance(store, ast.Assign) and len(store.targets) == 1
+                and isinstance(store.targets[0], ast.Subscript)):
+            return False
+        key = store.targets[0].slice
+        method = method_of(store)
+        if not isinstance(key, ast.Name) or method is None or key.id not in _parameters(method):
+            return False
+        if not _refused_before(ctx, cls, attr, method, key.id, store.lineno):  # type: ignore[attr-defined]
+            return False
+    for removal in removals(ctx, cls, attr):
+        receiver = removal.call.func.value  # type: ignore[attr-defined]
+        keyed = isinstance(receiver, ast.Subscript) or (
+            isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute)
+            and receiver.func.attr in ("pop", "get") and bool(receiver.args))
+        if not keyed:
+            return False
+    return True
+
+
+def _parameters(func: ast.AST) -> set[str]:
+    args = func.args  # type: ignore[attr-defined]
+    return {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+
+
+def _refused_before(ctx: "FileContext", cls: ClassInfo, attr: str, method: ast.AST, key: str, line: int) -> bool:
+    """``if <key> in self.<registry>: raise ...`` (or ``return``) in the
+    method's own body, before ``line``, with a class-body registry that is
+    the dict of handles itself or one the method fills under the same key."""
+    for stmt in method.body:  # type: ignore[attr-defined]
+        if stmt.lineno >= line:
+            return False
+        if not (isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and len(stmt.test.ops) == 1
+                and isinstance(stmt.test.ops[0], ast.In) and isinstance(stmt.test.left, ast.Name)
+                and stmt.test.left.id == key and stmt.body and isinstance(stmt.body[-1], (ast.Raise, ast.Return))):
+            continue
+        found = self_attribute(ctx, stmt.test.comparators[0])
+        if found is not None and found[0] is cls and _class_level(cls, found[1]) \
+                and (found[1] == attr or _fills(ctx, cls, method, found[1], key)):
+            return True
+    return False
+
+
+def _fills(ctx: "FileContext", cls: ClassInfo, method: ast.AST, registry: str, key: str) -> bool:
+    """``self.<registry>[key] = ...`` in ``method``."""
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Name) and t.slice.id == key
+                and (found := self_attribute(ctx, t.value)) is not None and found[0] is cls and found[1] == registry
+                for t in node.targets):
+            return True
+    return False
+
+
+def _class_level(cls: ClassInfo, attr: str, depth: int = 0) -> bool:
+    if class_body_value(cls, attr) is not None:
+        return True
+    return depth < 8 and any(_class_level(base, attr, depth + 1) for base in cls.local_bases)

@@ -239,6 +239,8 @@ class HookIndex:
     def _all(self) -> list[tuple[Registration, list[Registration]]]:
         """Every registering call: its registration as written, and its instances."""
         groups: list[tuple[Registration, list[Registration]]] = []
+        if self.model.foreign_framework() is not None:
+            return groups  # MXNet Gluon's, Paddle's... `register_forward_hook`: not torch's
         for call in self.model.calls_of_method(*METHOD_KINDS):
             reg = self._method_registration(call)
             if reg is not None:

@@ -116,7 +116,19 @@ def _element_of_callers(model: SemanticModel, inference: Inference, iterable: as
                 and bindings[0].scope.node not in inference.applied_functions():
             func = bindings[0].scope.node
             return f"each element of the argument `{iterable.id}` of `{_qualified(model, func)}`", iterable
+        if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path:
+            # `layers = {m: name for name, m in model.named_modules() if ...}; for m in layers:`
+            item = comprehension_item(bindings[0].value)
+            if item is not None:
+                return outside_root(model, inference, item, depth + 1)
         return None
+    if isinstance(iterable, ast.Attribute) and isinstance(iterable.value, ast.Name) \
+            and _is_self(model, iterable.value):
+        # `self.layers = [m for m in model.modules() if ...]` once, then `for m in self.layers:`
+        cls = model.enclosing_class(iterable)
+        assigned = cls.attribute(iterable.attr) if cls is not None else []
+        item = comprehension_item(assigned[0][0]) if len(assigned) == 1 else None
+        return outside_root(model, inference, item, depth + 1) if item is not None else None
     if not isinstance(iterable, ast.Call):
         return None
     from hooklint.static.core import core_of
@@ -131,6 +143,16 @@ def _element_of_callers(model: SemanticModel, inference: Inference, iterable: as
         inner = outside_root(model, inference, arg, depth + 1)
         if inner is not None and core.places.of(arg, func).split(".", 1)[0] == root:
             return (f"each module `{_call_text(iterable)}` yields from {_whole(inner[0])}", inner[1])
+    return None
+
+
+def comprehension_item(value: object) -> ast.expr | None:
+    """What iterating the result of a comprehension gives: its element, or
+    the key of a dict comprehension."""
+    if isinstance(value, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        return value.elt
+    if isinstance(value, ast.DictComp):
+        return value.key
     return None
 
 

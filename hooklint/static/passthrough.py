@@ -9,12 +9,19 @@ caller-chosen functions are recognised:
   hook(m, grad_input, grad_output)``, autograd-lib);
 * a callable the object was given by its caller: ``self.hook_func(...)``
   where ``self.hook_func`` is assigned once, in ``__init__``, from one of its
-  parameters (fastai's ``Hook(m, hook_func, ...)``).
+  parameters (fastai's ``Hook(m, hook_func, ...)``), or never assigned where
+  it can be seen but stored with the other arguments in one call
+  (``store_attr('hook_func,detach')``, ``self.__dict__.update(...)``).
 
-On the way, only steps that keep the value are allowed: ``x.detach()``,
+On the way, only steps that keep the value are allowed: ``x.detach()``, a
+copy (``x.cpu()``, ``x.clone()``, ``x.contiguous()``, ``x.to(...)``),
 ``(o.detach() for o in x)`` (also in a list, ``tuple(...)`` or ``list(...)``),
-a conditional expression choosing between such forms, an assignment to a
-name whose every read is handed on in turn, and type tests (``isinstance(x,
+a helper of another file applied alike to another of the hook's arguments in
+the same statement (``to_detach(input, cpu=c), to_detach(output, cpu=c)``:
+a conversion every argument goes through, which reads none of them as what
+it is), a conditional expression choosing between such forms, an
+assignment to a name (or its place in ``a, b = x, y``) whose every read is
+handed on in turn, and type tests (``isinstance(x,
 ...)``, ``type(x)``, and a one-argument call used only as the test of a
 conditional whose branches both detach ``x``, as in ``x.detach() if
 is_listy(x) else ...``).  Anything else (an index, arithmetic, a call of a
@@ -30,6 +37,8 @@ from hooklint.static.semantic import SemanticModel, is_staticmethod, positional_
 
 _KEEPING_CALLS = frozenset({"builtins.tuple", "builtins.list"})
 _TYPE_TESTS = frozenset({"builtins.isinstance", "builtins.type"})
+# Tensor methods that give the same values (a copy, on another device or of another layout)
+_KEEPING_METHODS = frozenset({"cpu", "clone", "contiguous", "to"})
 
 
 def passed_on_unchanged(model: SemanticModel, hook: ast.AST, use: ast.Name) -> bool:
@@ -46,6 +55,8 @@ def stored_init_parameter(model: SemanticModel, attr: ast.Attribute) -> tuple[as
     if cls is None:
         return None
     assigned = cls.attribute(attr.attr)
+    if not assigned:
+        return _stored_in_bulk(model, cls, attr.attr)
     if len(assigned) != 1:
         return None
     value, scope, _node = assigned[0]
@@ -54,6 +65,37 @@ def stored_init_parameter(model: SemanticModel, attr: ast.Attribute) -> tuple[as
         return None
     params = set(positional_params(method)[1:]) | {a.arg for a in method.args.kwonlyargs}  # type: ignore[attr-defined]
     return (method, value.id) if value.id in params else None
+
+
+def _stored_in_bulk(model: SemanticModel, cls, attr: str) -> tuple[ast.AST, str] | None:
+    """``self.<attr>`` never assigned where it can be seen, but ``__init__``
+    has a parameter of that name and stores its arguments in one call:
+    fastcore's ``store_attr('hook_func,detach')`` (or ``store_attr()``, every
+    argument), ``self.__dict__.update(...)``, ``vars(self).update(...)``."""
+    init = cls.method("__init__")
+    if init is None or model.enclosing_class(init) is not cls:
+        return None
+    params = positional_params(init)[1:] + [a.arg for a in init.args.kwonlyargs]
+    if attr not in params:
+        return None
+    for node in ast.walk(init):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "store_attr":
+            names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if not node.args and not node.keywords or any(
+                    attr in (n.strip() for n in text.split(",")) for text in names):
+                return init, attr
+        elif isinstance(func, ast.Attribute) and func.attr == "update" and (
+                (isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__"
+                 and isinstance(func.value.value, ast.Name) and func.value.value.id == positional_params(init)[0])
+                or (isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)
+                    and func.value.func.id == "vars" and len(func.value.args) == 1
+                    and isinstance(func.value.args[0], ast.Name)
+                    and func.value.args[0].id == positional_params(init)[0])):
+            return init, attr
+    return None
 
 
 def is_self(model: SemanticModel, name: ast.Name) -> bool:
@@ -74,9 +116,9 @@ def _handed_on(model: SemanticModel, hook: ast.AST, use: ast.Name, names: set[st
     parent = _parent(expr)
     if isinstance(parent, ast.Return):
         return expr is use  # `return grad_input`: the legacy hook then changes nothing
-    if isinstance(parent, ast.Assign) and parent.value is expr and len(parent.targets) == 1 \
-            and isinstance(parent.targets[0], ast.Name):
-        target = parent.targets[0].id
+    target_node = _assigned_name(expr)
+    if target_node is not None:
+        target = target_node.id
         if target in names:
             return True  # its reads are among the ones being checked
         reads = name_uses(hook, target)
@@ -87,6 +129,22 @@ def _handed_on(model: SemanticModel, hook: ast.AST, use: ast.Name, names: set[st
     if not (isinstance(parent, ast.Call) and (expr in parent.args or any(k.value is expr for k in parent.keywords))):
         return False
     return _callee_chosen_by_caller(model, parent.func)
+
+
+def _assigned_name(expr: ast.expr) -> ast.Name | None:
+    """The name ``expr`` is assigned to: ``x = expr``, or its place in
+    ``a, b = expr, other``."""
+    parent = _parent(expr)
+    if isinstance(parent, ast.Assign) and parent.value is expr and len(parent.targets) == 1 \
+            and isinstance(parent.targets[0], ast.Name):
+        return parent.targets[0]
+    if isinstance(parent, ast.Tuple) and expr in parent.elts:
+        assign = _parent(parent)
+        if isinstance(assign, ast.Assign) and assign.value is parent and len(assign.targets) == 1 \
+                and isinstance(assign.targets[0], ast.Tuple) and len(assign.targets[0].elts) == len(parent.elts):
+            target = assign.targets[0].elts[parent.elts.index(expr)]
+            return target if isinstance(target, ast.Name) else None
+    return None
 
 
 def _callee_chosen_by_caller(model: SemanticModel, callee: ast.expr) -> bool:
@@ -121,16 +179,72 @@ def _kept(model: SemanticModel, use: ast.Name) -> ast.expr:
                 and model.qualify(parent.func) in _KEEPING_CALLS:
             expr = parent
             continue
+        if isinstance(parent, ast.Attribute) and parent.attr in _KEEPING_METHODS and parent.value is expr:
+            call = _parent(parent)
+            if isinstance(call, ast.Call) and call.func is parent and not _mentions(call, use.id):
+                expr = call  # `grad_input[0].cpu()` is an index (a use) first; `x.cpu()`, `x.to(device)` keep x
+                continue
+        if isinstance(parent, ast.Call) and parent.args[:1] == [expr] and _converts_alike(model, parent, use):
+            expr = parent
+            continue
         if isinstance(parent, ast.IfExp) and expr is not parent.test:
             expr = parent
             continue
         return expr
 
 
+def _mentions(call: ast.Call, name: str) -> bool:
+    """Do the call's arguments read ``name``?"""
+    return any(isinstance(n, ast.Name) and n.id == name
+               for arg in list(call.args) + [k.value for k in call.keywords] for n in ast.walk(arg))
+
+
+def _converts_alike(model: SemanticModel, call: ast.Call, use: ast.Name) -> bool:
+    """``to_detach(input, cpu=c), to_detach(output, cpu=c)``: a helper the hook
+    does not define, applied in the same statement, with the same other
+    arguments, to another of the hook's arguments too.  A conversion every
+    argument goes through alike (detach, move, gather) reads none of them as
+    what it is; the values are handed on, not used."""
+    if isinstance(call.func, ast.Name):
+        bindings = model.bindings_at(call.func)
+        if any(b.kind in ("def", "assign", "param") for b in bindings):
+            return False  # a function of this file (its body could be read) or a value chosen here
+    elif not isinstance(call.func, ast.Attribute):
+        return False
+    if _mentions(ast.Call(func=call.func, args=call.args[1:], keywords=call.keywords), use.id):
+        return False
+    hook = _hook_of(use)
+    if hook is None:
+        return False
+    params = set(positional_params(hook))
+    rest = ast.dump(ast.Call(func=call.func, args=call.args[1:], keywords=call.keywords))
+    stmt = call
+    while stmt is not None and not isinstance(stmt, ast.stmt):
+        stmt = _parent(stmt)
+    if stmt is None:
+        return False
+    for other in ast.walk(stmt):
+        if other is call or not isinstance(other, ast.Call) or not other.args:
+            continue
+        first = other.args[0]
+        if isinstance(first, ast.Name) and first.id != use.id and first.id in params \
+                and ast.dump(ast.Call(func=other.func, args=other.args[1:], keywords=other.keywords)) == rest:
+            return True
+    return False
+
+
+def _hook_of(use: ast.Name) -> ast.AST | None:
+    node = _parent(use)
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        node = _parent(node)
+    return node
+
+
 def _is_detached(expr: ast.expr, name: str) -> bool:
-    """``name`` or ``name.detach()``."""
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "detach" \
-            and not expr.args and not expr.keywords:
+    """``name``, ``name.detach()``, or a copy of it (``name.cpu()``, ``name.to(device)``)."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and (
+            (expr.func.attr == "detach" and not expr.args and not expr.keywords)
+            or (expr.func.attr in _KEEPING_METHODS and not _mentions(expr, name))):
         expr = expr.func.value
     return isinstance(expr, ast.Name) and expr.id == name
 

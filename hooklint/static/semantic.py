@@ -103,6 +103,10 @@ class ClassInfo:
         return []
 
 
+# Deep-learning frameworks other than torch whose layers have methods named
+# as torch's module hooks (`register_forward_hook` on a Gluon Block, a
+# MindSpore Cell, a OneFlow or Jittor Module; Paddle's pre-hook).
+FOREIGN_FRAMEWORKS = frozenset({"mxnet", "paddle", "mindspore", "oneflow", "jittor", "megengine"})
 # torch.nn names that look like classes but are not modules
 _NN_NON_MODULES = frozenset(
     {"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer", "UninitializedTensorMixin"}
@@ -280,6 +284,35 @@ class SemanticModel:
         self._visited: list[ast.AST] = []
         self._build()
         self._link_classes()
+
+    @property
+    def imported_packages(self) -> frozenset[str]:
+        """The top-level packages the file imports (absolute imports only),
+        wherever the import statement is."""
+        found = getattr(self, "_imported_packages", None)
+        if found is None:
+            names: set[str] = set()
+            for node in self._visited or ast.walk(self.tree):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                    names.add(node.module.split(".")[0])
+            found = self._imported_packages = frozenset(names)
+        return found
+
+    def foreign_framework(self) -> str | None:
+        """The deep-learning framework the file's modules belong to when it is
+        demonstrably not torch: the file imports one whose layers have hook
+        methods of torch's names (MXNet Gluon's ``Block.register_forward_hook``,
+        Paddle's ``Layer.register_forward_pre_hook``, MindSpore's ``Cell``...)
+        and never imports torch.  None when the file imports torch, or none of
+        them (a star import or a helper taking a model: it may be torch)."""
+        imported = self.imported_packages
+        if "torch" in imported:
+            return None
+        for package in sorted(imported & FOREIGN_FRAMEWORKS):
+            return package
+        return None
 
     def release(self) -> None:
         """Break the node <-> parent/scope reference cycles once rules are done.

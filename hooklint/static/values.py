@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from hooklint.static.identity import IdentityFacts, Narrowing
 from hooklint.static.semantic import (
+    FOREIGN_FRAMEWORKS,
     Binding,
     ClassInfo,
     FunctionNode,
@@ -187,10 +188,12 @@ class Inference:
             return self._infer_attribute(expr)
         if isinstance(expr, ast.Subscript):
             base = self.infer(expr.value)
-            if isinstance(base, ModuleValue) and base.torch_class and base.torch_class.rsplit(".", 1)[-1] in (
-                "Sequential", "ModuleList", "ModuleDict"
-            ):
+            if isinstance(base, ModuleValue) and self.container_kind(base) is not None:
                 return ModuleValue(description=f"{base.description}[...]")
+            # `module._modules[name]`: the dict of a module's children
+            if isinstance(expr.value, ast.Attribute) and expr.value.attr == "_modules" \
+                    and isinstance(self.infer(expr.value.value), ModuleValue):
+                return ModuleValue(description=short_source(expr))
             return None
         if isinstance(expr, ast.BinOp):
             left, right = self.infer(expr.left), self.infer(expr.right)
@@ -268,6 +271,11 @@ class Inference:
             if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
                     and isinstance(bindings[0].value, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
                 return self._iterated(bindings[0].value, path, depth + 1)  # type: ignore[arg-type]
+        if isinstance(iterable, (ast.Name, ast.Attribute)) and path == ():
+            # `for m in self` in an nn.Sequential subclass, `for layer in self.layers` (an nn.ModuleList)
+            container = self.infer(iterable)
+            if isinstance(container, ModuleValue) and self.container_kind(container) == "sequence":
+                return ModuleValue(description=f"each module of {short_source(iterable)}")
             return None
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute):
             method = iterable.func.attr
@@ -277,6 +285,9 @@ class Inference:
                     (method == "items" and path == (1,)) or (method == "values" and path == ())):
                 return ModuleValue(description=f"each child of {short_source(base.value)}")
             receiver = self.infer(base)
+            if isinstance(receiver, ModuleValue) and self.container_kind(receiver) == "dict" and not iterable.args \
+                    and ((method == "values" and path == ()) or (method == "items" and path == (1,))):
+                return ModuleValue(description=f"each module of {short_source(base)}")
             if receiver is None and method in _UNMISTAKABLE_MODULE_ITERATORS and not iterable.args:
                 # only torch modules have `named_modules()`: whatever the receiver, these are modules
                 if (method.startswith("named_") and path == (1,)) or (not method.startswith("named_") and path == ()):
@@ -297,6 +308,45 @@ class Inference:
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "enumerate":
             if path and path[0] == 1 and iterable.args:
                 return self._iterated(iterable.args[0], path[1:])
+        return None
+
+    def uses_module_api_on_self(self, cls: ClassInfo) -> bool:
+        """A class whose bases this file cannot see (``class WeightDropout(Module)``
+        with ``Module`` from a star import) is an ``nn.Module`` when its methods
+        call, on ``self``, a method only torch modules have
+        (``self.register_parameter(...)``, ``self.add_module(...)``) and the file
+        does not import another framework's layers."""
+        if self.model.imported_packages & FOREIGN_FRAMEWORKS:
+            return False
+        for name in _SELF_MODULE_ONLY_METHODS:
+            for call in self.model.method_calls.get(name, ()):
+                receiver = call.func.value  # type: ignore[attr-defined]
+                if isinstance(receiver, ast.Name) and self.model.enclosing_class(call) is cls:
+                    bindings = self.model.bindings_at(receiver)
+                    if len(bindings) == 1 and bindings[0].kind == "param" \
+                            and self.model.enclosing_class(bindings[0].scope.node) is cls \
+                            and positional_params(bindings[0].scope.node)[:1] == [receiver.id]:
+                        return True
+        return False
+
+    def container_kind(self, value: ModuleValue) -> str | None:
+        """"sequence" for an ``nn.Sequential`` or ``nn.ModuleList`` (iterating
+        it gives its modules), "dict" for an ``nn.ModuleDict`` (iterating it
+        gives names; its ``values()`` are modules), a subclass of this file
+        included; None for any other module."""
+        kinds = {"Sequential": "sequence", "ModuleList": "sequence", "ModuleDict": "dict"}
+        if value.torch_class is not None:
+            return kinds.get(value.torch_class.rsplit(".", 1)[-1])
+        stack, seen = ([value.local_class] if value.local_class is not None else []), set()
+        while stack:
+            info = stack.pop()
+            if id(info) in seen or len(seen) > 16:
+                continue
+            seen.add(id(info))
+            for qual in info.bases:
+                if is_torch_module_class(qual) and qual.rsplit(".", 1)[-1] in kinds:
+                    return kinds[qual.rsplit(".", 1)[-1]]
+            stack.extend(info.local_bases)
         return None
 
     def _infer_param(self, b: Binding) -> Value:
@@ -320,7 +370,8 @@ class Inference:
                 and isinstance(func, FunctionNode) and not is_staticmethod(func) and not is_classmethod(func):
             info = self.model.classes.get(b.scope.parent.node)  # type: ignore[arg-type]
             if info is not None:
-                if self.model.is_module_class(info):
+                is_module = self.model.is_module_class(info)
+                if is_module or (is_module is None and self.uses_module_api_on_self(info)):
                     return ModuleValue(local_class=info, description="self")
                 return ObjectValue(info)
             return None
@@ -448,6 +499,8 @@ class Inference:
                     via="partial",
                 )
             return None
+        if qual == "builtins.getattr" and len(call.args) == 2 and not call.keywords:
+            return self._getattr_value(call)
         if qual in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
             return TensorValue(parameter=True, leaf=True, requires_grad=_kw_bool(call, "requires_grad", True))
         if qual in _TENSOR_FACTORIES:
@@ -493,6 +546,36 @@ class Inference:
                 return CallableValue(returned, via="factory")
         if isinstance(target, ObjectValue):
             return None
+        return None
+
+    def _getattr_value(self, call: ast.Call) -> Value:
+        """``getattr(obj, "fc")`` is ``obj.fc``; ``getattr(self, f"layer{i}")`` a
+        module when every attribute of the class that name can spell
+        (``layer1`` ... ``layer4``) is one."""
+        base = self.infer(call.args[0])
+        name = call.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            return self.attribute_of(base, ast.Attribute(value=call.args[0], attr=name.value, ctx=ast.Load()))
+        prefix = None
+        if isinstance(name, ast.JoinedStr) and name.values and isinstance(name.values[0], ast.Constant):
+            prefix = name.values[0].value
+        elif isinstance(name, ast.BinOp) and isinstance(name.op, ast.Mod) and isinstance(name.left, ast.Constant) \
+                and isinstance(name.left.value, str):
+            prefix = name.left.value.split("%", 1)[0]
+        if not isinstance(prefix, str) or not prefix or not isinstance(base, ModuleValue) \
+                or base.local_class is None:
+            return None
+        names: set[str] = set()
+        stack, seen = [base.local_class], 0
+        while stack and seen < 16:
+            info = stack.pop()
+            seen += 1
+            names.update(n for n in info.attributes if n.startswith(prefix))
+            stack.extend(info.local_bases)
+        values = [self.attribute_of(base, ast.Attribute(value=call.args[0], attr=n, ctx=ast.Load()))
+                  for n in sorted(names)]
+        if values and all(isinstance(v, ModuleValue) for v in values):
+            return ModuleValue(description=short_source(call))
         return None
 
     def _returned_callable(self, func: ast.FunctionDef | ast.AsyncFunctionDef):
@@ -549,6 +632,10 @@ class Inference:
         return None
 
 
+# Methods torch modules have and the layers of other frameworks do not (Paddle's
+# Layer has register_buffer and parameters(), MXNet's Block register_child).
+_SELF_MODULE_ONLY_METHODS = ("register_parameter", "add_module", "register_module", "named_modules",
+                             "get_submodule", "get_parameter")
 # Methods only torch modules have (together: a stored argument used with them is one).
 _MODULE_ONLY_METHODS = ("parameters", "named_parameters", "named_modules", "named_children", "state_dict",
                         "load_state_dict", "register_forward_hook", "register_forward_pre_hook",
@@ -636,3 +723,31 @@ def _merge(values: list[Value]) -> Value:
 
 
 src = short_source  # the name rules import
+
+
+def module_by_use(model: SemanticModel, name: ast.AST) -> bool:
+    """A parameter the same function also uses as only torch modules are used
+    (``model.named_modules()``, ``model.register_forward_hook(...)``):
+    ``def profile(model, x): for m in model.modules(): ...``."""
+    if not isinstance(name, ast.Name) or not hasattr(name, "_hl_scope"):
+        return False
+    bindings = model.bindings_at(name)
+    if len(bindings) != 1 or bindings[0].kind != "param":
+        return False
+    if model.imported_packages & FOREIGN_FRAMEWORKS:
+        return False
+    for method in _USED_ONLY_ON_MODULES:
+        for call in model.method_calls.get(method, ()):
+            receiver = call.func.value  # type: ignore[attr-defined]
+            if isinstance(receiver, ast.Name) and receiver.id == name.id and receiver is not name:
+                found = model.bindings_at(receiver)
+                if len(found) == 1 and found[0] is bindings[0]:
+                    return True
+    return False
+
+
+# What a function does with its parameter only when that is a torch module (an
+# optimizer also has state_dict(); a Gluon block register_forward_hook, ruled out above)
+_USED_ONLY_ON_MODULES = ("parameters", "named_parameters", "named_modules", "named_children", "named_buffers",
+                         "modules", "children", "register_forward_hook", "register_forward_pre_hook",
+                         "register_full_backward_hook", "register_full_backward_pre_hook")

@@ -277,10 +277,33 @@ class Places:
         if isinstance(iterable, (ast.List, ast.Tuple)) and not path:
             places = {self.of(e, func, depth + 1) for e in iterable.elts}
             return places.pop() if len(places) == 1 else UNKNOWN
+        if isinstance(iterable, ast.Name) and not path:
+            # `convs = [m for m in model.modules() if ...]; for conv in convs:` is a part of the
+            # caller's model (a local container of anything else stays the local it is)
+            item = self._comprehension_item(iterable)
+            if item is not None:
+                found = self.of(item, func, depth + 1)
+                if is_callers(found):
+                    return found
         base = self.of(iterable, func, depth + 1)
         if base in (UNKNOWN, NEW) or base.startswith("c:"):
             return UNKNOWN
         return element(base)  # `for a, b in pairs`: parts of the elements are parts too
+
+    def _comprehension_item(self, name: ast.Name) -> ast.expr | None:
+        """The element (a dict comprehension's key) of the comprehension
+        ``name`` is bound to, once and for all."""
+        if not hasattr(name, "_hl_scope"):
+            return None
+        bindings = self.model.bindings_at(name)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return None
+        value = bindings[0].value
+        if isinstance(value, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            return value.elt
+        if isinstance(value, ast.DictComp):
+            return value.key
+        return None
 
 
 def is_self_param(arg: ast.arg) -> bool:
