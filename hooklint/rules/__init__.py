@@ -53,6 +53,7 @@ _RULE_MODULES = (
     "hooklint.rules.hook_removed_before_recompute",
     "hooklint.rules.stateful_hook_under_checkpoint",
     "hooklint.rules.hook_per_parent_on_shared_module",
+    "hooklint.rules.handle_list_never_emptied",
 )
 
 
