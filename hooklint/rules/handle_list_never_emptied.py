@@ -36,7 +36,9 @@ class HandleListNeverEmptied(Rule):
     The container must receive handles by `append`, `extend`, `insert`,
     `add` or `+=` in a method that is not part of construction (`__init__`
     and the methods only it calls run once per object), and the class must
-    remove them in a method other than `__del__`.  A class whose every
+    remove them in a method other than `__del__`.  A container the class
+    never assigns belongs to a base class in another file, which may empty
+    it, and is not judged.  A class whose every
     construction in its file is used once (`with Collector(...):`,
     `Tracker(model)(x)`) is not reported.  A container handed to
     other code (an argument, a return value, an alias) may be emptied there
@@ -184,6 +186,8 @@ class HandleListNeverEmptied(Rule):
             for growth in growing_handle_lists(core, cls):
                 if any(ctx.model.enclosing_class(a) is not cls for a in growth.adds):
                     continue  # filled by a related class: reported there
+                if not any(info.attribute(growth.attr) for info in core.related_classes(cls)):
+                    continue  # the container is made by a base class in another file, which may empty it too
                 removals = removal_sites(core, cls, growth.attr)
                 if not removals or emptied(core, cls, growth.attr) is not None:
                     continue
