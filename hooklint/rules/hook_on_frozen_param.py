@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Severity
@@ -9,7 +10,13 @@ from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.hooks import HookKind
 from hooklint.static.outside import chosen_in_file, outside_root
-from hooklint.static.requires_grad import caller_parameter, checks_requires_grad, filtered_by_requires_grad
+from hooklint.static.requires_grad import (
+    CallerParameter,
+    caller_layer_parameter,
+    caller_parameter,
+    checks_requires_grad,
+    filtered_by_requires_grad,
+)
 
 REGISTER_ERROR = "RuntimeError: cannot register a hook on a tensor that doesn't require gradient"
 
@@ -20,10 +27,15 @@ class HookOnFrozenParam(Rule):
     Reports `p.register_hook(...)` or `p.register_post_accumulate_grad_hook(...)`
     in a loop over parameters the caller supplies (`model.parameters()` or
     `named_parameters()` of a module passed in, each group's `"params"` of
-    an optimizer's `param_groups`, or the parameters and groups handed to an
-    optimizer-like constructor as `torch.optim` takes them: `list(params)`,
-    `[{"params": params}]`, `group.pop("params")`) with no `requires_grad`
-    check on the way.
+    an optimizer's `param_groups`, the parameters and groups handed to an
+    optimizer-like constructor as `torch.optim` takes them (`list(params)`,
+    `[{"params": params}]`, `group.pop("params")`), or `m.weight` /
+    `getattr(layer, name)` for each submodule or each layer the caller
+    passed) with no `requires_grad` check on the way.  The parameters may be
+    gathered first: through `zip` and `enumerate`, a comprehension, a local
+    list, or a container kept on `self` that another method fills
+    (`self.params.append(...)` for each layer); an element added under a
+    `requires_grad` test makes the collection filtered.
 
     ## Why is this bad?
     Both registrations raise on a tensor that does not require grad:
@@ -102,6 +114,16 @@ class HookOnFrozenParam(Rule):
         "def watch(model, fn):\n"
         "    for p in filter(lambda p: p.requires_grad, model.parameters()):\n"
         "        p.register_hook(fn)\n",
+        # filtered where the list is filled
+        "class Masks:\n"
+        "    def __init__(self, layers):\n"
+        "        self.params = [l.weight for l in layers if l.weight.requires_grad]\n"
+        "    def hook(self, fn):\n"
+        "        for p in self.params:\n"
+        "            p.register_hook(fn)\n",
+        # one layer the caller names: its caller chooses a trainable one
+        "def watch(layer, fn):\n"
+        "    return layer.weight.register_hook(fn)\n",
         # the file's own model
         "import torch.nn as nn\n"
         "net = nn.Linear(2, 2)\n"
@@ -123,6 +145,22 @@ class HookOnFrozenParam(Rule):
             "            for p in group['params']:\n"
             "                p.register_post_accumulate_grad_hook(fn)  # HKL206\n"
         ),
+        Invalid(
+            "class Masks:\n"
+            "    def __init__(self, layers):\n"
+            "        self.layers = layers\n"
+            "        self.params = []\n"
+            "        for layer, name in zip(self.layers, ['weight'] * len(layers)):\n"
+            "            self.params.append(getattr(layer, name))\n"
+            "    def hook(self, fn):\n"
+            "        return [p.register_hook(fn) for p in self.params]  # HKL206\n"
+        ),
+        Invalid(
+            "def scale(model, fn):\n"
+            "    for name, m in model.named_modules():\n"
+            "        if hasattr(m, 'weight'):\n"
+            "            m.weight.register_hook(fn)  # HKL206\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -130,10 +168,14 @@ class HookOnFrozenParam(Rule):
         for reg in ctx.hooks.registrations:
             if reg.kind not in (HookKind.TENSOR, HookKind.POST_ACCUMULATE) or reg.receiver is None:
                 continue
-            found = caller_parameter(ctx.model, ctx.inference, reg.receiver)
-            if found is None or id(reg.call) in seen:
+            if id(reg.call) in seen:
                 continue
-            if filtered_by_requires_grad(found.loop) or checks_requires_grad(reg.call, found.name.id, found.loop):
+            found = caller_parameter(ctx.model, ctx.inference, reg.receiver)
+            if found is None:
+                found = self._layer_parameter(ctx, reg.receiver)
+                if found is None:
+                    continue
+            if filtered_by_requires_grad(found.loop) or checks_requires_grad(reg.call, found.text, found.loop):
                 continue
             if found.owner is not None:
                 root = outside_root(ctx.model, ctx.inference, found.owner)
@@ -143,9 +185,18 @@ class HookOnFrozenParam(Rule):
             api = "register_post_accumulate_grad_hook" if reg.kind is HookKind.POST_ACCUMULATE else "register_hook"
             yield self.finding(
                 ctx, reg.name_node, name_only=True,
-                message=(f"`{found.name.id}.{api}` runs for {found.source}, with no `requires_grad` check: a frozen "
+                message=(f"`{found.text}.{api}` runs for {found.source}, with no `requires_grad` check: a frozen "
                          f"parameter in the caller's model or optimizer (fine-tuning, adapters) makes it raise "
                          f"\"{REGISTER_ERROR}\""),
-                help=f"Skip parameters that do not require grad: `if {found.name.id}.requires_grad:` before the "
+                help=f"Skip parameters that do not require grad: `if {found.text}.requires_grad:` before the "
                      f"registration.",
             )
+
+    @staticmethod
+    def _layer_parameter(ctx: FileContext, receiver: ast.expr) -> CallerParameter | None:
+        """``m.weight.register_hook(...)`` for each of the caller's layers ``m``."""
+        found = caller_layer_parameter(ctx.model, ctx.inference, receiver)
+        if found is None:
+            return None
+        text, loop, owner = found
+        return CallerParameter(None, text, loop, owner, text=ast.unparse(receiver))

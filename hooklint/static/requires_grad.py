@@ -21,6 +21,8 @@ from hooklint.static.semantic import FunctionNode, SemanticModel
 from hooklint.static.values import Inference
 
 _PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
+# A loop variable is bound by a `for` statement or by a comprehension's `for`.
+_LOOPS = (ast.For, ast.comprehension)
 _MAX_DEPTH = 4
 
 
@@ -28,10 +30,15 @@ _MAX_DEPTH = 4
 class CallerParameter:
     """A name that holds, in turn, each parameter of a collection the caller supplies."""
 
-    name: ast.Name  # the use (the hooked receiver)
+    name: ast.Name | None  # the use (the hooked receiver), when it is a name
     source: str  # "each parameter of `module` (the argument `module` of `Hook._backward_apply`)"
     loop: ast.For
     owner: ast.expr | None = None  # the module whose parameters these are (None for param_groups)
+    text: str = ""  # how the receiver is written (`m.weight`)
+
+    def __post_init__(self) -> None:
+        if not self.text and self.name is not None:
+            object.__setattr__(self, "text", self.name.id)
 
 
 def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) -> CallerParameter | None:
@@ -42,12 +49,262 @@ def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) 
     if not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
         return None
     bindings = model.bindings_at(expr)
-    if len(bindings) != 1 or bindings[0].kind != "for" or not isinstance(bindings[0].node, ast.For):
+    if len(bindings) != 1 or bindings[0].kind != "for" or not isinstance(bindings[0].node, _LOOPS):
         return None
     binding = bindings[0]
     loop: ast.For = binding.node  # type: ignore[assignment]
     found = _collection(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
+    if found is None:
+        found = _parameters_in(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
     return CallerParameter(expr, found[0], loop, found[1]) if found is not None else None
+
+
+# Attributes that name a layer's parameters (``layer.weight``, ``attn.in_proj_weight``).
+_PARAMETER_ATTRS = ("weight", "bias")
+_ORDER_KEEPING = frozenset({"list", "tuple", "sorted", "reversed", "iter"})
+
+
+def caller_layer_parameter(model: SemanticModel, inference: Inference, expr: ast.AST,
+                           ) -> tuple[str, ast.For, ast.expr | None] | None:
+    """``expr`` (a hooked tensor that is not itself a loop variable) is a
+    parameter of each of the caller's layers in turn: ``m.weight`` with ``m``
+    running over ``model.modules()`` or over the layers the caller passed,
+    ``getattr(layer, name)``, ``layer.get_parameter(name)``, or a name bound
+    to one of those.  (words, the loop over the layers, the module).  Nothing
+    here is reported for a single layer the caller names: the caller then
+    chooses a layer whose parameter it trains."""
+    return _parameter_of(model, inference, expr, 0, need_loop=True)
+
+
+def _parameter_of(model: SemanticModel, inference: Inference, expr: ast.AST, depth: int,
+                  need_loop: bool = False) -> tuple[str, ast.For, ast.expr | None] | None:
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+        bindings = model.bindings_at(expr)
+        if len(bindings) != 1:
+            return None
+        b = bindings[0]
+        if b.kind == "assign" and not b.path and isinstance(b.value, ast.AST):
+            return _parameter_of(model, inference, b.value, depth + 1, need_loop)
+        if b.kind == "for" and isinstance(b.node, _LOOPS) and not need_loop:
+            found = _collection(model, inference, b.value, b.path, depth + 1)  # type: ignore[arg-type]
+            if found is None:
+                found = _parameters_in(model, inference, b.value, b.path, depth + 1)  # type: ignore[arg-type]
+            return (found[0], b.node, found[1]) if found is not None else None
+        return None
+    layer: ast.AST | None = None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.ctx, ast.Load) \
+            and expr.attr.endswith(_PARAMETER_ATTRS) and not expr.attr.startswith("_"):
+        layer = expr.value
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" \
+            and len(expr.args) == 2:
+        layer = expr.args[0]
+    elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in ("get_parameter", "__getattr__") and len(expr.args) == 1:
+        layer = expr.func.value
+    elif isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) \
+            and expr.value.attr == "_parameters":
+        layer = expr.value.value
+    if layer is None:
+        return None
+    found = _each_caller_layer(model, inference, layer, depth + 1)
+    if found is None:
+        return None
+    text, loop, owner = found
+    return f"the `{_short(expr)}` of {text}", loop, owner
+
+
+def _each_caller_layer(model: SemanticModel, inference: Inference, expr: ast.AST,
+                       depth: int) -> tuple[str, ast.For, ast.expr | None] | None:
+    """``expr`` is a loop variable that runs over modules the caller supplies
+    (its model's submodules, the list of layers it passed)."""
+    if depth > _MAX_DEPTH or not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
+        return None
+    bindings = model.bindings_at(expr)
+    if len(bindings) != 1 or bindings[0].kind != "for" or not isinstance(bindings[0].node, _LOOPS):
+        return None
+    loop: ast.For = bindings[0].node  # type: ignore[assignment]
+    iterable, path = _unwrap(bindings[0].value, bindings[0].path)  # type: ignore[arg-type]
+    if iterable is None:
+        return None
+    if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) \
+            and iterable.func.attr in ("modules", "named_modules", "children", "named_children") \
+            and path == ((1,) if iterable.func.attr.startswith("named") else ()):
+        owner = iterable.func.value
+        root = outside_root(model, inference, owner)
+        if root is None:
+            return None
+        return f"each submodule of `{_short(owner)}` ({root[0]})", loop, owner
+    if path == () and isinstance(iterable, (ast.Name, ast.Attribute)):
+        root = outside_root(model, inference, iterable)
+        if root is not None:
+            return f"each layer in `{_short(iterable)}` ({root[0]})", loop, iterable
+    return None
+
+
+def _unwrap(iterable: ast.AST, path: tuple[int, ...]) -> tuple[ast.AST | None, tuple[int, ...]]:
+    """Through ``enumerate``, ``zip``, ``list(...)``: the iterable a loop
+    variable's values come from, and where in each item."""
+    for _ in range(_MAX_DEPTH):
+        if not (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.args):
+            break
+        name = iterable.func.id
+        if name == "enumerate" and path[:1] == (1,):
+            iterable, path = iterable.args[0], path[1:]
+        elif name == "zip" and path and 0 <= path[0] < len(iterable.args) \
+                and not any(isinstance(a, ast.Starred) for a in iterable.args):
+            iterable, path = iterable.args[path[0]], path[1:]
+        elif name in _ORDER_KEEPING and len(iterable.args) == 1 and not path:
+            iterable = iterable.args[0]
+        else:
+            break
+    return iterable, path
+
+
+def _parameters_in(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],
+                   depth: int) -> tuple[str, ast.expr | None] | None:
+    """A loop over a collection whose elements are parameters of the
+    caller's layers, gathered elsewhere: through ``zip`` or ``list``, a
+    comprehension, a list the function fills, or a container kept on
+    ``self`` that a method fills (``self._params.append(getattr(layer,
+    name))`` for each layer the caller passed).  Elements added under a
+    ``requires_grad`` test do not count: the collection is filtered."""
+    if depth > _MAX_DEPTH:
+        return None
+    unwrapped, path = _unwrap(iterable, path)
+    if unwrapped is None:
+        return None
+    if unwrapped is not iterable:
+        found = _collection(model, inference, unwrapped, path, depth + 1)
+        return found if found is not None else _parameters_in(model, inference, unwrapped, path, depth + 1)
+    if path:
+        return None
+    if isinstance(iterable, (ast.ListComp, ast.GeneratorExp)) and len(iterable.generators) == 1:
+        comp = iterable.generators[0]
+        if any(_mentions_requires_grad(test) for test in comp.ifs):
+            return None
+        where = _target_path(comp.target, iterable.elt)
+        if where is not None:
+            found = _collection(model, inference, comp.iter, where, depth + 1)
+            return found if found is not None else _parameters_in(model, inference, comp.iter, where, depth + 1)
+        found3 = _parameter_of(model, inference, iterable.elt, depth + 1)
+        return (found3[0], found3[2]) if found3 is not None else None
+    contents = _contents(model, iterable)
+    if contents is None:
+        return None
+    described: tuple[str, ast.expr | None] | None = None
+    for value, many in contents:
+        if _guarded_by_requires_grad(value):
+            return None  # filtered where it is filled
+        if many:
+            found = _collection(model, inference, value, (), depth + 1) \
+                or _parameters_in(model, inference, value, (), depth + 1)
+        else:
+            found3 = _parameter_of(model, inference, value, depth + 1)
+            found = (found3[0], found3[2]) if found3 is not None else None
+        if found is not None and described is None:
+            described = (f"{found[0]}, kept in `{_short(iterable)}`", found[1])
+    return described
+
+
+def _target_path(target: ast.AST, elt: ast.AST) -> tuple[int, ...] | None:
+    """Where the comprehension's element sits in its loop target
+    (``[p for _, p in named]`` gives ``(1,)``)."""
+    if not isinstance(elt, ast.Name):
+        return None
+    if isinstance(target, ast.Name):
+        return () if target.id == elt.id else None
+    if isinstance(target, ast.Tuple):
+        for index, item in enumerate(target.elts):
+            inner = _target_path(item, elt)
+            if inner is not None:
+                return (index,) + inner
+    return None
+
+
+def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool]] | None:
+    """What is put into a container: ``self.<attr>`` across its class, or a
+    local name in its function (assigned a list, then appended to).  Each
+    item: (expression, True when it adds every element of it)."""
+    if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
+        cls = model.enclosing_class(holder)
+        if cls is None:
+            return None
+        out: list[tuple[ast.AST, bool]] = []
+        for value, _scope, _node in cls.attribute(holder.attr):
+            out += _assigned_items(value)
+        scopes = [m for m in cls.methods.values()]
+        attr = holder.attr
+
+        def same(node: ast.AST) -> bool:
+            return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) \
+                and node.value.id == "self"
+    elif isinstance(holder, ast.Name) and hasattr(holder, "_hl_scope"):
+        bindings = model.bindings_at(holder)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path \
+                or not isinstance(bindings[0].value, ast.AST):
+            return None
+        out = _assigned_items(bindings[0].value)  # type: ignore[arg-type]
+        scopes = [bindings[0].scope.node]
+        name = holder.id
+
+        def same(node: ast.AST) -> bool:
+            return isinstance(node, ast.Name) and node.id == name
+    else:
+        return None
+    for scope in scopes:
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and same(node.func.value) \
+                    and node.args:
+                if node.func.attr in ("append", "add", "insert"):
+                    out.append((node.args[-1], False))
+                elif node.func.attr == "extend":
+                    out.append((node.args[0], True))
+            elif isinstance(node, ast.AugAssign) and same(node.target) and isinstance(node.op, ast.Add):
+                out += _assigned_items(node.value)
+    return out
+
+
+def _assigned_items(value: ast.AST) -> list[tuple[ast.AST, bool]]:
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return [(e, False) for e in value.elts if not isinstance(e, ast.Starred)]
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
+        return []  # `[None] * n`: placeholders
+    if isinstance(value, ast.Constant):
+        return []
+    return [(value, True)]
+
+
+def _guarded_by_requires_grad(node: ast.AST) -> bool:
+    """On the way from its function to ``node``: a test mentioning
+    ``requires_grad`` around it, or an earlier ``if ...requires_grad...:
+    continue`` in a block that holds it."""
+    child = node
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and not isinstance(cur, FunctionNode + (ast.Lambda, ast.Module)):
+        if isinstance(cur, (ast.If, ast.IfExp, ast.While)) and child is not cur.test \
+                and _mentions_requires_grad(cur.test):
+            return True
+        if isinstance(cur, ast.comprehension) and any(_mentions_requires_grad(t) for t in cur.ifs):
+            return True
+        for field in ("body", "orelse"):
+            block = getattr(cur, field, None)
+            if isinstance(block, list) and child in block:
+                for earlier in block[:block.index(child)]:
+                    if isinstance(earlier, ast.If) and _mentions_requires_grad(earlier.test) and earlier.body \
+                            and isinstance(earlier.body[-1], (ast.Continue, ast.Return, ast.Raise, ast.Break)):
+                        return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return False
+
+
+def _short(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
+        return "?"
+    return text if len(text) <= 50 else text[:47] + "..."
 
 
 def _collection(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],
@@ -198,10 +455,10 @@ def _mentions_requires_grad(test: ast.AST) -> bool:
 
 def _sets_requires_grad(node: ast.AST, name: str) -> bool:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "requires_grad_" \
-            and isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+            and _short(node.func.value) == name:
         return True
     return isinstance(node, ast.Attribute) and node.attr == "requires_grad" and isinstance(node.ctx, ast.Store) \
-        and isinstance(node.value, ast.Name) and node.value.id == name
+        and _short(node.value) == name
 
 
 def _caught_name(expr: ast.AST) -> set[str]:
@@ -212,6 +469,8 @@ def _caught_name(expr: ast.AST) -> set[str]:
 def filtered_by_requires_grad(loop: ast.For) -> bool:
     """The loop's collection is already filtered (``filter(lambda p: p.requires_grad, ...)``,
     ``[p for p in ... if p.requires_grad]``) somewhere the loop's iterable shows."""
+    if isinstance(loop, ast.comprehension) and any(_mentions_requires_grad(t) for t in loop.ifs):
+        return True
     return any(_mentions_requires_grad(n) for n in ast.walk(loop.iter) if isinstance(n, (ast.Lambda, ast.comprehension)))
 
 

@@ -60,6 +60,32 @@ def test_on_a_fully_trainable_model_both_work(frozen):
     assert len(stats.norms) == 4  # why the library's own tests pass
 
 
+def test_parameters_kept_per_layer_then_hooked_fail_on_a_frozen_layer(frozen):
+    # sparseml's shape: the parameter of each layer the caller passes is kept in a list, hooked later
+    model = _partly_frozen()
+    masked = frozen["MaskedLayers"]([model[0], model[2]])
+    with pytest.raises(RuntimeError, match=REGISTER_ERROR):
+        masked.enable()
+    trainable = frozen["TrainableMaskedLayers"]([model[0], model[2]])
+    trainable.enable()
+    model(torch.randn(5, 3)).sum().backward()
+    assert model[2].weight.grad is not None and model[0].weight.grad is None
+    trainable.disable()
+
+
+def test_weight_of_each_submodule_and_comprehension_lists_fail_on_a_frozen_layer(frozen):
+    model = _partly_frozen()
+    with pytest.raises(RuntimeError, match=REGISTER_ERROR):
+        frozen["scale_linear_weights"](model, 0.5)
+    with pytest.raises(RuntimeError, match=REGISTER_ERROR):
+        frozen["clip_each"](model, 1.0)
+    model = _partly_frozen()
+    frozen["scale_trainable_linear_weights"](model, 0.5)
+    handles = frozen["clip_each_trainable"](model, 1.0)
+    model(torch.randn(5, 3)).sum().backward()
+    assert len(handles) == 2 and model[2].weight.grad is not None
+
+
 # --------------------------------------------------------------------- HKL311
 
 

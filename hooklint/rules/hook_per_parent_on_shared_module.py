@@ -1,0 +1,241 @@
+"""HKL315: a hand-written recursion over children() registers a hook once per parent of a shared module (hook-semantics.md, section 3)."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterable
+
+from hooklint.findings import Finding, Related, Severity
+from hooklint.rules.base import Invalid, Rule
+from hooklint.static.context import FileContext
+from hooklint.static.hook_effects import accumulating_effects, changes_output
+from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.semantic import positional_params
+from hooklint.static.values import src
+from hooklint.static.walks import recursive_walks, registrations, remembers_modules
+
+_KIND_WORDS = {
+    "forward": "forward hook", "forward-pre": "forward pre-hook", "backward-legacy": "backward hook",
+    "full-backward": "full backward hook", "full-backward-pre": "full backward pre-hook",
+}
+
+
+class HookPerParentOnSharedModule(Rule):
+    """
+    ## What it does
+    Reports a module hook registered from a hand-written recursion over a
+    module's children (a function that loops over `module.children()`,
+    `named_children()` or `module._modules` and calls itself on each
+    child), on the module it visits or on each child, directly, through a
+    helper, or through a callback the walk is handed (`walk(model,
+    add_hooks)`), when neither the walk nor the registering function nor
+    the hook keeps track of the modules already visited.
+
+    ## Why is this bad?
+    A module can have several parents: a layer reused in two blocks, an
+    activation module shared by a whole network, weights tied by sharing a
+    sub-block.  `model.modules()` and `named_modules()` keep a memo and
+    yield such a module once; a recursion over `children()` has none and
+    reaches it once per parent.  The hook is then registered once per
+    parent, and every call of the shared module runs it that many times:
+    a FLOP counter or a model summary counts the module twice, an
+    activation recorder stores every output twice, a hook that changes the
+    output applies itself twice.  Nothing fails: the figures are just
+    wrong, and only for models that share modules.
+
+    ## Known problems
+    Only walks that recurse by calling themselves with the child are
+    recognised, and a callback is followed when the walk's call site in the
+    same file hands it a function of the file.  A walk counts as
+    remembering when it, the registering function or the hook tests a
+    record keyed by the module (`m in seen`, `id(m) not in done`,
+    `seen.add(m)`, `if done.get(id(m))`) or looks at the hooks the module
+    already holds (`module._forward_hooks`).  `nn.Module.apply(fn)` also
+    visits a shared module once per parent; it is not reported here.  The
+    severity is *warning*: only models that share a module are affected.
+
+    ## Example
+    ```python
+    def count_calls(model):
+        calls = []
+
+        def count(module, inputs, output):
+            calls.append(type(module).__name__)
+
+        def add_hooks(module):
+            if not list(module.children()):
+                module.register_forward_hook(count)
+            for child in module.children():
+                add_hooks(child)
+
+        add_hooks(model)
+        return calls
+    ```
+
+    ## Use instead
+    ```python
+    def count_calls(model):
+        calls = []
+
+        def count(module, inputs, output):
+            calls.append(type(module).__name__)
+
+        for module in model.modules():  # each module once, however many parents it has
+            if not list(module.children()):
+                module.register_forward_hook(count)
+        return calls
+    ```
+
+    ## Fix safety
+    There is no automatic fix: walk `model.modules()` / `named_modules()`
+    instead, or keep a set of the modules already hooked.
+
+    ## References
+    - [`Module.named_modules`](https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.named_modules) (its `memo`)
+    - torch-scan pull request 24 (a module used in several places was hooked and reported once per place)
+    """
+
+    code = "HKL315"
+    name = "hook-per-parent-on-shared-module"
+    summary = ("A recursion over children() registers a hook once per parent: a shared module gets it several "
+               "times")
+    severity = Severity.WARNING
+    triggers = ("children", "_modules")
+    trigger_pattern = r"register_(?:full_)?(?:forward|backward)|_hook"
+    VALID: ClassVar[tuple[str, ...]] = (
+        # modules() yields each module once
+        "def add_hooks(model, log):\n"
+        "    for m in model.modules():\n"
+        "        m.register_forward_hook(lambda mod, i, o: log.append(o))\n",
+        # a visited set
+        "def add_hooks(module, log, seen):\n"
+        "    if module in seen:\n"
+        "        return\n"
+        "    seen.add(module)\n"
+        "    module.register_forward_hook(lambda mod, i, o: log.append(o))\n"
+        "    for child in module.children():\n"
+        "        add_hooks(child, log, seen)\n",
+        # no recursion: only the direct children
+        "def add_hooks(module, log):\n"
+        "    for child in module.children():\n"
+        "        child.register_forward_hook(lambda mod, i, o: log.append(o))\n",
+        # an observer that overwrites: a second run changes nothing
+        "def add_hooks(module, last, prefix=''):\n"
+        "    for name, child in module.named_children():\n"
+        "        def keep(mod, i, o, key=prefix + name):\n"
+        "            last[key] = o\n"
+        "        child.register_forward_hook(keep)\n"
+        "        add_hooks(child, last, prefix + name + '.')\n",
+        # the hook counts the hooks the module holds and acts once
+        "def walk(module, fn):\n"
+        "    fn(module)\n"
+        "    for child in module.children():\n"
+        "        walk(child, fn)\n"
+        "def crawl(model, log):\n"
+        "    def hook(module, inputs, output):\n"
+        "        if len(module._forward_hooks) == 1:\n"
+        "            log.append(module)\n"
+        "    def register(module):\n"
+        "        module.register_forward_hook(hook)\n"
+        "    walk(model, register)\n",
+    )
+    INVALID: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            "def add_hooks(module, log):\n"
+            "    if not list(module.children()):\n"
+            "        module.register_forward_hook(lambda mod, i, o: log.append(o.shape))  # HKL315\n"
+            "    for child in module.children():\n"
+            "        add_hooks(child, log)\n"
+        ),
+        Invalid(
+            "def walk(module, fn, depth=0):\n"
+            "    fn(module, depth)\n"
+            "    for name, child in module.named_children():\n"
+            "        walk(child, fn, depth + 1)\n"
+            "def summarize(model, log):\n"
+            "    def register(module, depth):\n"
+            "        def pre(m, inputs):\n"
+            "            log.append(depth)\n"
+            "        module.register_forward_pre_hook(pre)  # HKL315\n"
+            "    walk(model, register)\n"
+        ),
+        Invalid(
+            "class Scaler:\n"
+            "    def attach(self, module):\n"
+            "        for child in module._modules.values():\n"
+            "            child.register_forward_hook(self.scale)  # HKL315\n"
+            "            self.attach(child)\n"
+            "    def scale(self, module, inputs, output):\n"
+            "        return output * 0.5\n"
+        ),
+    )
+
+    def check(self, ctx: FileContext) -> Iterable[Finding]:
+        reported: set[int] = set()
+        for walk in recursive_walks(ctx.model, ctx.core):
+            if remembers_modules(walk.func, {walk.param, walk.child}) is not None:
+                continue
+            for found in registrations(ctx.model, ctx.core, walk):
+                if id(found.call) in reported:
+                    continue
+                if found.callback is not None:
+                    params = positional_params(found.callback)
+                    if remembers_modules(found.callback, set(params)) is not None:
+                        continue
+                owner = ctx.core.places.owner(found.call)
+                if ctx.core.once_guarded(found.call, owner):
+                    continue  # `if not hasattr(m, "_hooked"): m._hooked = True; ...`
+                registration = self._registration(ctx, found.call)
+                hook = getattr(getattr(registration, "hook", None), "node", None)
+                if registration is None or not isinstance(hook, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    continue  # the hook's body is not seen: what a second run does cannot be told
+                if remembers_modules(hook, set(positional_params(hook)[:2])) is not None:
+                    continue
+                effect = self._effect_of_running_twice(registration, hook)
+                if effect is None:
+                    continue  # an observer that overwrites what it keeps: running twice changes nothing
+                reported.add(id(found.call))
+                where = ast.unparse(walk.recursion.func)
+                through = ""
+                related = [Related(f"the recursion: `{where}(...)` on each child from `{walk.iterator}`",
+                                   ctx.display_path, ctx.span(walk.recursion)[0])]
+                if found.via is not None:
+                    through = f" (handed as a callback at line {found.via.lineno})"
+                    related.append(Related("the walk is handed the registering function here", ctx.display_path,
+                                           ctx.span(found.via)[0]))
+                kind = _KIND_WORDS.get(found.kind, "hook")
+                yield self.finding(
+                    ctx, found.call,
+                    message=(f"this {kind} is registered on every module that `{walk.func.name}` reaches by "
+                             f"recursing over `{walk.iterator}`{through}, with no record of the modules already "
+                             f"visited: a module shared by several parents (a layer reused in two blocks, tied "
+                             f"sub-blocks) is reached once per parent and hooked that many times, so on such a "
+                             f"model the hook runs several times per call and {effect} happens that many times"),
+                    help="Walk `model.modules()` / `named_modules()`, which yield each module once, or keep a set "
+                         "of the modules already hooked (`if m in seen: return`).",
+                    related=related,
+                )
+
+    @staticmethod
+    def _registration(ctx: FileContext, call: ast.Call) -> Registration | None:
+        for reg in ctx.hooks.registrations:
+            if reg.call is call:
+                return reg
+        return None
+
+    @staticmethod
+    def _effect_of_running_twice(reg: Registration, hook: ast.AST) -> str | None:
+        """What a second run of the hook adds: state it accumulates (an
+        append, a count), or a change of the output or gradient it makes
+        again on the changed value."""
+        effects = accumulating_effects(hook)
+        if effects:
+            return effects[0].text
+        role = {HookKind.FORWARD: "output", HookKind.FORWARD_PRE: "input"}.get(reg.kind, "grad_input")
+        changed = reg.param("args") if reg.kind is HookKind.FORWARD_PRE and reg.with_kwargs else reg.param(role)
+        change = changes_output(hook, changed)
+        if change is not None:
+            what = "output" if reg.kind is HookKind.FORWARD else "input" if reg.kind is HookKind.FORWARD_PRE \
+                else "gradient"
+            return f"the change of the {what} (`{src(change)}`)"
+        return None

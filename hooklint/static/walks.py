@@ -1,0 +1,308 @@
+"""Hand-written recursive walks over a module's children, and the hooks they register per visit.
+
+``nn.Module.modules()`` and ``named_modules()`` keep a memo: a module reachable
+through two parents (a layer reused in two blocks, tied sub-blocks) is yielded
+once.  A function that recurses over ``children()`` / ``named_children()`` /
+``_modules`` itself has no such memo: it reaches a shared module once per
+parent, and whatever it does there (register a hook) it does that many times.
+This module finds such walkers, what they register on the module they visit
+(directly, through helpers, or through a callback they are handed), and
+whether they remember what they visited.  It never imports torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from hooklint.static.core import Core
+from hooklint.static.core import places as P
+from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
+
+# Iterations over the direct children of a module, and where the child sits in each item.
+_CHILD_ITERATORS = {"children": (), "named_children": (1,)}
+_MODULES_DICT = {"values": (), "items": (1,)}
+# Module hook kinds (summary strings): a tensor hook on a shared parameter is another matter.
+MODULE_KINDS = frozenset({"forward", "forward-pre", "backward-legacy", "full-backward", "full-backward-pre"})
+# Attributes through which a registering function can see the hooks a module already holds.
+_HOOK_DICTS = frozenset({"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+                         "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"})
+
+
+@dataclass(frozen=True)
+class Walk:
+    """``func`` recurses into each child of its parameter ``param`` (position ``index``)."""
+
+    func: ast.FunctionDef | ast.AsyncFunctionDef
+    param: str
+    index: int  # among the positional parameters (self included for a method)
+    loop: ast.AST  # the For or comprehension over the children
+    child: str  # the loop variable naming the child
+    iterator: str  # how the children are listed, as written (`module.named_children()`)
+    recursion: ast.Call
+
+
+@dataclass(frozen=True)
+class WalkRegistration:
+    """A hook registered once per visit of a walk: on the visited module, or on each child."""
+
+    walk: Walk
+    call: ast.Call  # the registering call (in the walker, a helper or the callback)
+    kind: str
+    via: ast.Call | None = None  # the walker's call site that hands the callback over, when through one
+    callback: ast.AST | None = None  # the callback function
+
+
+def recursive_walks(model: SemanticModel, core: Core) -> list[Walk]:
+    out: list[Walk] = []
+    for func in model.functions:
+        if not isinstance(func, FunctionNode):
+            continue
+        params = positional_params(func)
+        for node in _own_nodes(func):
+            loop_iter, target, path = _loop_parts(node)
+            if loop_iter is None:
+                continue
+            walked = _walked_param(model, loop_iter, func, params)
+            if walked is None:
+                continue
+            param, wanted_path, text = walked
+            child = _target_name(target, wanted_path if path is None else path)
+            if child is None:
+                continue
+            recursion = _recursive_call(model, core, func, node, child, params.index(param), param)
+            if recursion is not None:
+                out.append(Walk(func, param, params.index(param), node, child, text, recursion))
+                break
+    return out
+
+
+def _own_nodes(func: ast.AST):
+    body = func.body if isinstance(getattr(func, "body", None), list) else [getattr(func, "body", None)]
+    stack = [node for node in reversed(body) if node is not None]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _loop_parts(node: ast.AST) -> tuple[ast.AST | None, ast.AST | None, tuple[int, ...] | None]:
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        return node.iter, node.target, None
+    return None, None, None
+
+
+def _walked_param(model: SemanticModel, iterable: ast.AST, func: ast.AST,
+                  params: list[str]) -> tuple[str, tuple[int, ...], str] | None:
+    """``module.children()``, ``module.named_children()``, ``module._modules.values()``
+    / ``.items()``, with ``module`` a parameter of ``func``: (parameter, where the
+    child sits in each item, the iteration as written)."""
+    if not (isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) and not iterable.args):
+        return None
+    method = iterable.func.attr
+    base = iterable.func.value
+    if method in _CHILD_ITERATORS:
+        path = _CHILD_ITERATORS[method]
+    elif method in _MODULES_DICT and isinstance(base, ast.Attribute) and base.attr == "_modules":
+        path = _MODULES_DICT[method]
+        base = base.value
+    else:
+        return None
+    if not isinstance(base, ast.Name) or base.id not in params or not hasattr(base, "_hl_scope"):
+        return None
+    bindings = model.bindings_at(base)
+    if len(bindings) != 1 or bindings[0].kind != "param" or bindings[0].scope.node is not func:
+        return None
+    return base.id, path, ast.unparse(iterable)
+
+
+def _target_name(target: ast.AST | None, path: tuple[int, ...]) -> str | None:
+    cur = target
+    for index in path:
+        if not isinstance(cur, ast.Tuple) or index >= len(cur.elts):
+            return None
+        cur = cur.elts[index]
+    return cur.id if isinstance(cur, ast.Name) else None
+
+
+def _recursive_call(model: SemanticModel, core: Core, func: ast.AST, loop: ast.AST, child: str, index: int,
+                    param: str) -> ast.Call | None:
+    """A call of ``func`` itself inside ``loop`` that hands it the child in
+    the walked parameter's place."""
+    scope = loop._hl_parent if isinstance(loop, ast.comprehension) else loop  # type: ignore[attr-defined]
+    for node in ast.walk(scope):
+        if not isinstance(node, ast.Call):
+            continue
+        bound = _calls_itself(model, core, node, func)
+        if bound is None:
+            continue
+        position = index - bound
+        argument: ast.AST | None = None
+        if 0 <= position < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[:position + 1]):
+            argument = node.args[position]
+        for kw in node.keywords:
+            if kw.arg == param:
+                argument = kw.value
+        if isinstance(argument, ast.Name) and argument.id == child:
+            return node
+    return None
+
+
+def _calls_itself(model: SemanticModel, core: Core, call: ast.Call, func: ast.AST) -> int | None:
+    """How many leading parameters the call supplies itself (0, or 1 for
+    ``self.method(...)``), when ``call`` calls ``func``; else None."""
+    f = call.func
+    name = getattr(func, "name", None)
+    if isinstance(f, ast.Name) and f.id == name and hasattr(f, "_hl_scope"):
+        bindings = model.bindings_at(f)
+        if len(bindings) == 1 and bindings[0].kind == "def" and bindings[0].node is func:
+            return 0
+        return None
+    if isinstance(f, ast.Attribute) and f.attr == name and isinstance(f.value, ast.Name):
+        cls = model.enclosing_class(func)
+        if cls is not None and cls.method(name) is func and core.places.of(f.value, func) == P.SELF:
+            return 1
+        # `child.walk()`: a method called on the child (`def walk(self): ... for c in self.children(): c.walk()`)
+    return None
+
+
+# ------------------------------------------------------------------ what a walk registers
+
+
+def registrations(model: SemanticModel, core: Core, walk: Walk) -> list[WalkRegistration]:
+    out: list[WalkRegistration] = []
+    func = walk.func
+    visited = f"p:{walk.param}"
+    for reg in core.facts(func).regs:
+        if reg.kind not in MODULE_KINDS or reg.site is None:
+            continue
+        on_visited = reg.target == visited
+        on_child = isinstance(reg.target_expr, ast.Name) and reg.target_expr.id == walk.child \
+            and _inside(reg.site, walk.loop)
+        if on_visited or on_child:
+            call = reg.registration.call if reg.registration is not None else reg.site
+            out.append(WalkRegistration(walk, call, reg.kind))
+    # callbacks: `fn(module, ...)` with `fn` a parameter of the walker
+    for callback_param, position in _callback_calls(model, func, walk):
+        index = positional_params(func).index(callback_param) if callback_param in positional_params(func) else -1
+        for site in _call_sites(model, core, func):
+            handed = _argument_at(site.call, index - site.bound, callback_param)
+            target = _local_function(model, handed)
+            if target is None:
+                continue
+            params = positional_params(target)
+            if position >= len(params):
+                continue
+            wanted = f"p:{params[position]}"
+            for reg in core.facts(target).regs:
+                if reg.kind in MODULE_KINDS and reg.target == wanted and reg.site is not None:
+                    call = reg.registration.call if reg.registration is not None else reg.site
+                    out.append(WalkRegistration(walk, call, reg.kind, site.call, target))
+    return out
+
+
+@dataclass(frozen=True)
+class _Site:
+    call: ast.Call
+    bound: int
+
+
+def _call_sites(model: SemanticModel, core: Core, func: ast.AST) -> list[_Site]:
+    name = getattr(func, "name", "")
+    out = []
+    for call in list(model.name_calls.get(name, ())) + list(model.method_calls.get(name, ())):
+        owner = core.places.owner(call)
+        if owner is func:
+            continue  # the recursion itself hands the callback on
+        if isinstance(call.func, ast.Name):
+            bindings = model.bindings_at(call.func) if hasattr(call.func, "_hl_scope") else []
+            if len(bindings) == 1 and bindings[0].node is func:
+                out.append(_Site(call, 0))
+        else:
+            local = core.local_callee(call)
+            if local is not None and local[0] is func:
+                out.append(_Site(call, local[1]))
+    return out
+
+
+def _callback_calls(model: SemanticModel, func: ast.AST, walk: Walk) -> list[tuple[str, int]]:
+    """``fn(module, ...)`` in the walker's own code, ``fn`` one of its
+    parameters, ``module`` the visited one (or the child, inside the loop):
+    (the callback parameter, the position the module is passed at)."""
+    params = set(positional_params(func)) | {a.arg for a in func.args.kwonlyargs}  # type: ignore[attr-defined]
+    out = []
+    for node in _own_nodes(func):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in params
+                and node.func.id != walk.param):
+            continue
+        for position, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                break
+            if isinstance(arg, ast.Name) and (arg.id == walk.param or arg.id == walk.child and _inside(node, walk.loop)):
+                out.append((node.func.id, position))
+                break
+    return out
+
+
+def _argument_at(call: ast.Call, position: int, name: str) -> ast.AST | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if 0 <= position < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+        return call.args[position]
+    return None
+
+
+def _local_function(model: SemanticModel, expr: ast.AST | None) -> ast.AST | None:
+    if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
+        bindings = model.bindings_at(expr)
+        if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FunctionNode):
+            return bindings[0].node
+    return None
+
+
+def _inside(node: ast.AST, ancestor: ast.AST) -> bool:
+    scope = ancestor._hl_parent if isinstance(ancestor, ast.comprehension) else ancestor  # type: ignore[attr-defined]
+    cur: ast.AST | None = node
+    while cur is not None:
+        if cur is scope:
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
+
+
+# ------------------------------------------------------------------ memos
+
+
+def remembers_modules(func: ast.AST, module_names: set[str]) -> ast.AST | None:
+    """Code in ``func`` that tells a second visit of a module from the first:
+    a membership test (``m in seen``, ``id(m) not in done``), a set it is
+    added to (``seen.add(m)``), a record keyed by it read in a test (``if
+    done.get(id(m)):``), or a look at the hooks the module already holds
+    (``len(m._forward_hooks)``).  The node, or None.  A store keyed by the
+    module alone (``handles[m] = m.register_forward_hook(...)``) does not
+    count: it registers again all the same."""
+    def is_module(expr: ast.AST) -> bool:
+        if isinstance(expr, ast.Name):
+            return expr.id in module_names
+        return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "id" \
+            and len(expr.args) == 1 and is_module(expr.args[0])
+
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and is_module(node.left):
+            return node
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add" \
+                and len(node.args) == 1 and is_module(node.args[0]):
+            return node
+        if isinstance(node, ast.Attribute) and node.attr in _HOOK_DICTS:
+            return node
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)):
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Subscript) and is_module(sub.slice) \
+                        or isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                        and sub.func.attr == "get" and sub.args and is_module(sub.args[0]):
+                    return sub
+    return None

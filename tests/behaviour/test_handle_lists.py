@@ -1,0 +1,67 @@
+"""Real torch: hook handles removed but never taken out of their list
+(HKL316), run on the fixtures' own classes for several cycles.
+
+- `RemovableHandle.remove()` takes the hook off the module but the handle
+  stays in the list; the next cycle appends new ones behind it.
+- After N cycles the list holds N sets of handles, and each removal calls
+  `remove()` on every earlier one again (a no-op on a removed hook).
+"""
+
+from __future__ import annotations
+
+import runpy
+
+import pytest
+
+from conftest import FIXTURES
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+pytestmark = pytest.mark.torch
+
+RULES = FIXTURES / "rules"
+
+
+@pytest.fixture(scope="module")
+def lists():
+    return runpy.run_path(str(RULES / "hkl316_handle_list_never_emptied.py"))
+
+
+def test_context_manager_entered_per_step_keeps_every_handle(lists):
+    layers = [nn.Linear(3, 3), nn.Linear(3, 3)]
+    collector = lists["GradientCollector"](layers)
+    for _ in range(5):
+        with collector:
+            for layer in layers:
+                layer(torch.randn(2, 3))
+        assert all(len(layer._forward_hooks) == 0 for layer in layers)  # the hooks themselves are gone
+    assert len(collector._fwd_hooks) == 10  # but the list holds every step's handles
+    assert len(collector.inputs) == 10  # and each step still recorded once per layer
+
+    clearing = lists["ClearingCollector"](layers)
+    for _ in range(5):
+        with clearing:
+            layers[0](torch.randn(2, 3))
+    assert clearing._fwd_hooks == []
+
+
+def test_remove_on_an_already_removed_handle_is_a_silent_no_op():
+    layer = nn.Linear(3, 3)
+    handle = layer.register_forward_hook(lambda m, i, o: None)
+    handle.remove()
+    handle.remove()  # what every later cycle does for every stale handle
+    assert len(layer._forward_hooks) == 0
+
+
+def test_explainer_set_grows_per_call_and_the_popping_twin_does_not(lists):
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    explainer = lists["Explainer"](model)
+    for _ in range(4):
+        explainer.explain(torch.randn(2, 3))
+    assert len(explainer.handles) == 8
+    assert all(len(m._forward_pre_hooks) == 0 for m in model)
+    popping = lists["PoppingExplainer"](model)
+    for _ in range(4):
+        popping.explain(torch.randn(2, 3))
+    assert popping.handles == []
