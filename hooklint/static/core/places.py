@@ -50,6 +50,12 @@ _RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "doubl
 _ELEMENT_KEEPING = frozenset({"list", "tuple", "reversed", "sorted", "iter", "set", "frozenset"})
 
 MAX_DEPTH = 8
+# Steps one outermost question may take.  Answers inside a chain of bindings are
+# not remembered (they may be partial), and a call's receiver asks again from the
+# start, so long chains of `x = f(y)` blow up exponentially (transformer-lens's
+# architecture_adapter.py did not finish); past the budget a place is UNKNOWN,
+# which only makes rules quieter.
+MAX_STEPS = 20_000
 
 
 def constant(value: object) -> str:
@@ -134,6 +140,8 @@ class Places:
         # what a call of a function of the project returns (an argument it hands back, a part of one)
         self.returned_by_call = returned_by_call or (lambda call, func: None)
         self._active: set[int] = set()
+        self._steps = 0
+        self._nesting = 0
         self._memo: dict[tuple[int, int], str] = {}
 
     def owner(self, node: ast.AST) -> ast.AST | None:
@@ -153,7 +161,16 @@ class Places:
         key = (id(expr), id(func))
         found = self._memo.get(key)
         if found is None:
-            found = self._of(expr, func, depth)
+            if not self._nesting:
+                self._steps = 0
+            self._steps += 1
+            if self._steps > MAX_STEPS:
+                return UNKNOWN
+            self._nesting += 1
+            try:
+                found = self._of(expr, func, depth)
+            finally:
+                self._nesting -= 1
             if not self._active:  # not inside a cycle of bindings, where the answer is partial
                 self._memo[key] = found
         return found
