@@ -717,7 +717,6 @@ def plan_digest(plan: Plan, text: str) -> str:
     the model's construction) gives the same digest, and the facts cached for it
     still hold."""
     import hashlib
-
     from bisect import bisect_left, bisect_right
 
     from hooklint.graph.code_text import code_lines

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Related, Severity

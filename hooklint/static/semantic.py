@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 import builtins
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Iterator
 
 BUILTIN_NAMES = frozenset(dir(builtins))
