@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hooklint.static.core import Core
 from hooklint.static.core import places as P
-from hooklint.static.semantic import FunctionNode, SemanticModel
+from hooklint.static.semantic import FunctionNode, SemanticModel, short_source
 
 # Accessors of a model that hand back one of its parts.
 _PART_ACCESSORS = frozenset({"get_input_embeddings", "get_output_embeddings", "get_submodule", "get_encoder",
@@ -143,11 +143,7 @@ def _guarded(node: ast.AST, args: str, func: ast.AST) -> bool:
 
 
 def _short(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
-        return "?"
-    return text if len(text) <= 50 else text[:47] + "..."
+    return short_source(node, width=50, odd="?")
 
 
 # ------------------------------------------------------------------ the hooked module

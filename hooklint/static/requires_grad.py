@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hooklint.static.flow import contains, executed_nodes
 from hooklint.static.outside import outside_root
-from hooklint.static.semantic import FunctionNode, SemanticModel
+from hooklint.static.semantic import FunctionNode, SemanticModel, short_source
 from hooklint.static.values import Inference
 
 _PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
@@ -300,11 +300,7 @@ def _guarded_by_requires_grad(node: ast.AST) -> bool:
 
 
 def _short(node: ast.AST) -> str:
-    try:
-        text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - odd trees must not crash a rule
-        return "?"
-    return text if len(text) <= 50 else text[:47] + "..."
+    return short_source(node, width=50, odd="?")
 
 
 def _collection(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],

@@ -164,13 +164,14 @@ _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "asname", "module", "level
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def short_source(node: ast.AST) -> str:
-    """The node's source for a message, cut to 60 characters."""
+def short_source(node: ast.AST, width: int = 60, odd: str = "<expr>") -> str:
+    """The node's source for a message, cut to ``width`` characters (``odd``
+    when the tree cannot be unparsed)."""
     try:
         text = ast.unparse(node)
     except Exception:  # noqa: BLE001 - unparse of odd trees must not crash the linter
-        return "<expr>"
-    return text if len(text) <= 60 else text[:57] + "..."
+        return odd
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 _BLOCK_FIELDS = ("body", "orelse", "finalbody")
