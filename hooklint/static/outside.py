@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ast
 
-from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
+from hooklint.static.passthrough import is_self
+from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
 from hooklint.static.values import Inference, ModuleValue
 
 _SUBMODULE_ITERATORS = {"modules": (), "named_modules": (1,), "children": (), "named_children": (1,)}
@@ -35,7 +36,7 @@ def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" and expr.args:
         return _part_of(outside_root(model, inference, expr.args[0], depth + 1))
     if isinstance(expr, ast.Attribute):
-        if isinstance(expr.value, ast.Name) and expr.value.id == "self" and _is_self(model, expr.value):
+        if isinstance(expr.value, ast.Name) and expr.value.id == "self" and is_self(model, expr.value):
             stored = _stored_argument(model, expr)
             return (stored, expr) if stored is not None else None
         return _part_of(outside_root(model, inference, expr.value, depth + 1))
@@ -49,7 +50,7 @@ def outside_root(model: SemanticModel, inference: Inference, expr: ast.AST,
         func = b.scope.node
         if not isinstance(func, FunctionNode):
             return None
-        if _is_self(model, expr):
+        if is_self(model, expr):
             return None
         if func in inference.applied_functions():
             return None  # `net.apply(fn)`: the file shows the modules
@@ -112,7 +113,7 @@ def _element_of_callers(model: SemanticModel, inference: Inference, iterable: as
         return None
     if isinstance(iterable, ast.Name) and hasattr(iterable, "_hl_scope"):
         bindings = model.bindings_at(iterable)
-        if len(bindings) == 1 and bindings[0].kind == "param" and not _is_self(model, iterable) \
+        if len(bindings) == 1 and bindings[0].kind == "param" and not is_self(model, iterable) \
                 and bindings[0].scope.node not in inference.applied_functions():
             func = bindings[0].scope.node
             return f"each element of the argument `{iterable.id}` of `{_qualified(model, func)}`", iterable
@@ -123,7 +124,7 @@ def _element_of_callers(model: SemanticModel, inference: Inference, iterable: as
                 return outside_root(model, inference, item, depth + 1)
         return None
     if isinstance(iterable, ast.Attribute) and isinstance(iterable.value, ast.Name) \
-            and _is_self(model, iterable.value):
+            and is_self(model, iterable.value):
         # `self.layers = [m for m in model.modules() if ...]` once, then `for m in self.layers:`
         cls = model.enclosing_class(iterable)
         assigned = cls.attribute(iterable.attr) if cls is not None else []
@@ -181,14 +182,6 @@ def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
     return f"the argument `{value.id}` of `{cls.name}.__init__`"
 
 
-def _is_self(model: SemanticModel, name: ast.Name) -> bool:
-    bindings = model.bindings_at(name)
-    if len(bindings) != 1 or bindings[0].kind != "param":
-        return False
-    func = bindings[0].scope.node
-    params = positional_params(func)
-    return bool(params) and params[0] == name.id and not is_staticmethod(func) \
-        and isinstance(getattr(func, "_hl_parent", None), ast.ClassDef)
 
 
 def _qualified(model: SemanticModel, func: ast.AST) -> str:
