@@ -95,6 +95,15 @@ CLASSES: dict[str, str] = {
     "hook-presence-assumed-output-replacement": "code assumes whether a hook replaced a module's output",
     "hook-wrapper-stale-binding": "forward-wrapping hook calls a stale bound forward",
     "foreign-hook-assumed-own": "code treats hooks it did not add as its own",
+    # Classes the finders of issue 15's third round named (from the names only).
+    "capture-wrapper-replaces-module": "a capture wrapper put in place of a module changes what callers see",
+    "function-backward-ignores-grad-output": "custom Function backward ignores the incoming grad_output",
+    "function-save-for-backward-none": "custom Function saves or detaches a None for backward",
+    "hook-assumes-stable-inputs": "hook assumes its inputs stay the same between calls",
+    "hook-missing-on-intended-modules": "hooks miss modules they were meant for",
+    "hook-reference-cycle": "a hook keeps its module or owner alive through a reference cycle",
+    "hook-registered-unconditionally": "hook registered where a condition should have guarded it",
+    "hook-shared-across-concurrent-callers": "one hook or its state shared by concurrent callers",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
