@@ -309,7 +309,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('children', '_modules'),
-  'register_(?:full_)?(?:forward|backward)|_hook',
+  'register_forward_hook|register_forward_pre_hook|register_backward_hook|register_full_backward_hook|register_full_backward_pre_hook|register_hook|register_post_accumulate_grad_hook|register_module_forward_hook|register_module_forward_pre_hook|register_module_backward_hook|register_module_full_backward_hook|register_module_full_backward_pre_hook|\\}_hook|%s_hook|"_hook"|\'_hook\'',
   True),
  ('HKL316',
   'handle-list-never-emptied',
