@@ -92,9 +92,10 @@ class _Prefilter:
     # (anchor, words): every word of a group contains its anchor, so a text without the anchor (one scan)
     # has none of the group's words; any word admits the file
     groups: tuple[tuple[str, tuple[str, ...]], ...]
-    # (words, pattern) of rules with a pattern: a word and the pattern admit the file.  Those whose words are
-    # all among the plain words are left out: a text they could admit was admitted by the words already.
-    patterned: tuple[tuple[tuple[str, ...], tuple[tuple[str, re.Pattern[str]], ...]], ...]
+    # (words, anchor, pattern) of rules with a pattern: a word and the pattern admit the file (the anchor is
+    # in every text the pattern matches).  Those whose words are all among the plain words are left out: a
+    # text they could admit was admitted by the words already.
+    patterned: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, re.Pattern[str]], ...]], ...]
 
 
 @lru_cache(maxsize=64)
@@ -111,7 +112,7 @@ def _prefilter(codes: frozenset[str]) -> _Prefilter:
             key = (tuple(sorted(rule.triggers)), rule.trigger_pattern)
             patterned.setdefault(key, _branches(rule.trigger_pattern))
     return _Prefilter(_anchored_groups(words),
-                      tuple((key[0], rx) for key, rx in sorted(patterned.items(), key=lambda kv: kv[0])
+                      tuple((key[0], _branch_anchor(rx), rx) for key, rx in sorted(patterned.items(), key=lambda kv: kv[0])
                             if not set(key[0]) <= words))
 
 
@@ -149,6 +150,17 @@ def _branches(pattern: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
         i += 1
     parts.append(pattern[start:])
     return tuple((_literal_prefix(part), re.compile(part)) for part in parts)
+
+
+def _branch_anchor(branches: tuple[tuple[str, re.Pattern[str]], ...]) -> str:
+    """A substring of every branch's literal text, searched once before the
+    branches are (HKL315's sixteen registration APIs all hold `_hook`); "" when
+    there is none."""
+    literals = {literal for literal, _rx in branches}
+    if len(literals) < 2 or "" in literals:
+        return ""
+    groups = _anchored_groups(literals)
+    return groups[0][0] if len(groups) == 1 else ""
 
 
 def _literal_prefix(part: str) -> str:
@@ -212,9 +224,9 @@ def _admits(text: str, codes: frozenset[str]) -> bool:
     pre = _prefilter(codes)
     if any(anchor in text and any(word in text for word in words) for anchor, words in pre.groups):
         return True
-    return any(any(word in text for word in rule_words)
+    return any(any(word in text for word in rule_words) and anchor in text
                and any(literal in text and rx.search(text) for literal, rx in branches)
-               for rule_words, branches in pre.patterned)
+               for rule_words, anchor, branches in pre.patterned)
 
 
 @dataclass(frozen=True)
@@ -222,8 +234,8 @@ class _RuleFilter:
     """Each rule's own triggers, for the rules run on a file the prefilter admitted."""
     # (anchor, words): as _Prefilter.groups, over every rule's words
     groups: tuple[tuple[str, tuple[str, ...]], ...]
-    # (code, words, pattern branches or None)
-    rules: tuple[tuple[str, frozenset[str], tuple[tuple[str, re.Pattern[str]], ...] | None], ...]
+    # (code, words, anchor of the branches, pattern branches or None)
+    rules: tuple[tuple[str, frozenset[str], str, tuple[tuple[str, re.Pattern[str]], ...] | None], ...]
 
 
 @lru_cache(maxsize=64)
@@ -238,7 +250,7 @@ def _rule_filter(codes: frozenset[str]) -> _RuleFilter:
         pattern = None
         if rule.trigger_pattern is not None:
             pattern = branches.setdefault(rule.trigger_pattern, _branches(rule.trigger_pattern))
-        rules.append((rule.code, frozenset(rule.triggers), pattern))
+        rules.append((rule.code, frozenset(rule.triggers), _branch_anchor(pattern) if pattern else "", pattern))
     return _RuleFilter(_anchored_groups(words), tuple(rules))
 
 
@@ -254,13 +266,13 @@ def admitted_rules(text: str, codes: frozenset[str]) -> frozenset[str]:
     present = {word for anchor, words in filt.groups if anchor in text for word in words if word in text}
     out = []
     matched: dict[int, bool] = {}
-    for code, words, branches in filt.rules:
+    for code, words, anchor, branches in filt.rules:
         if words.isdisjoint(present):
             continue
         if branches is not None:
             key = id(branches)
             if key not in matched:
-                matched[key] = any(literal in text and rx.search(text) for literal, rx in branches)
+                matched[key] = anchor in text and any(literal in text and rx.search(text) for literal, rx in branches)
             if not matched[key]:
                 continue
         out.append(code)
