@@ -52,6 +52,16 @@ SPELLINGS = {
         "import torch.nn as nn\nlayer = nn.Linear(2, 2)\r\ny = (layer.\r  forward)(x)\r",
         "import torch.nn as nn\nlayer = nn.Linear(2, 2)\ny = layer.\uff46orward(x)\n",  # fullwidth f: NFKC
     ],
+    "HKL704": [
+        "import torch, torch.nn as nn\n@torch.compiler.disable\ndef log_shapes(module, args, output):\n"
+        "    print(output.shape)\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "model[0].register_forward_hook(log_shapes)\nmodel.compile(fullgraph  # strict\n    = True)\n"
+        "model(torch.rand(1, 4))\n",
+        "import torch, torch.nn as nn\n@torch.compiler.disable\ndef log_shapes(module, args, output):\n"
+        "    print(output.shape)\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "model[0].register_forward_hook(log_shapes)\nmodel.compile(\uff46ullgraph=True)\n"
+        "model(torch.rand(1, 4))\n",  # fullwidth f: NFKC
+    ],
     "HKL501": [
         "import torch\nclass F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, a, b):\n"
         "        return a * b\n    @staticmethod\n    def \\\n  backward(ctx, g):\n        return g\n",
