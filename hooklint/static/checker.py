@@ -111,9 +111,9 @@ def _prefilter(codes: frozenset[str]) -> _Prefilter:
         else:
             key = (tuple(sorted(rule.triggers)), rule.trigger_pattern)
             patterned.setdefault(key, _branches(rule.trigger_pattern))
+    ordered = sorted(patterned.items(), key=lambda kv: kv[0])
     return _Prefilter(_anchored_groups(words),
-                      tuple((key[0], _branch_anchor(rx), rx) for key, rx in sorted(patterned.items(), key=lambda kv: kv[0])
-                            if not set(key[0]) <= words))
+                      tuple((key[0], _branch_anchor(rx), rx) for key, rx in ordered if not set(key[0]) <= words))
 
 
 _META = frozenset(".^$*+?{}[]()|\\")
