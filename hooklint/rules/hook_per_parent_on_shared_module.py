@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import ClassVar, Iterable
 
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.hook_effects import accumulating_effects, changes_output
-from hooklint.static.hooks import HookKind, Registration
+from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import positional_params
 from hooklint.static.values import src
 from hooklint.static.walks import recursive_walks, registrations, remembers_modules
@@ -101,7 +102,9 @@ class HookPerParentOnSharedModule(Rule):
                "times")
     severity = Severity.WARNING
     triggers = ("children", "_modules")
-    trigger_pattern = r"register_(?:full_)?(?:forward|backward)|_hook"
+    # what it reports is a registration the file makes (`ctx.hooks.registrations`): the file spells a registration
+    # API, or a name built from one (`f"register_{kind}_hook"`), as the hook index requires
+    trigger_pattern = "|".join(re.escape(word) for word in REGISTRATION_TRIGGERS + DYNAMIC_NAME_TRIGGERS)
     VALID: ClassVar[tuple[str, ...]] = (
         # modules() yields each module once
         "def add_hooks(model, log):\n"

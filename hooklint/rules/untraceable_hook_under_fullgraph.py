@@ -123,8 +123,10 @@ class UntraceableHookUnderFullgraph(Rule):
     name = "untraceable-hook-under-fullgraph"
     summary = "A forward hook Dynamo cannot trace (a requires_grad_ flip, a disabled function) on a module compiled with fullgraph=True"
     severity = Severity.ERROR
-    triggers = ("fullgraph",)
-    trigger_pattern = r"requires_grad|disable"
+    # what the hook does (`requires_grad`, `disable`), and the `fullgraph=True` keyword of a compile call of the
+    # file (`_fullgraph`): `\b` leaves out `_can_compile_fullgraph = True`, which 66 transformers files say
+    triggers = ("requires_grad", "disable")
+    trigger_pattern = r"\bfullgraph(?:[ \t\f\r\n\\]|#[^\r\n]*[\r\n])*="
     VALID: ClassVar[tuple[str, ...]] = (
         # no fullgraph: a graph break, not reported
         "import torch, torch.nn as nn\n"

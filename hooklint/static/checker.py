@@ -82,6 +82,7 @@ def load_rules(codes: frozenset[str]) -> None:
     """Load the static rules among ``codes`` (with the analysis they import) and
     compile the prefilter, before any file needs them (see hooklint.parallel)."""
     _prefilter(codes)
+    _rule_filter(codes)
     _static_rules(codes)
     from hooklint.static import context  # noqa: F401 - the checker's own import of the analysis
 
@@ -91,9 +92,10 @@ class _Prefilter:
     # (anchor, words): every word of a group contains its anchor, so a text without the anchor (one scan)
     # has none of the group's words; any word admits the file
     groups: tuple[tuple[str, tuple[str, ...]], ...]
-    # (words, pattern) of rules with a pattern: a word and the pattern admit the file.  Those whose words are
-    # all among the plain words are left out: a text they could admit was admitted by the words already.
-    patterned: tuple[tuple[tuple[str, ...], tuple[tuple[str, re.Pattern[str]], ...]], ...]
+    # (words, anchor, pattern) of rules with a pattern: a word and the pattern admit the file (the anchor is
+    # in every text the pattern matches).  Those whose words are all among the plain words are left out: a
+    # text they could admit was admitted by the words already.
+    patterned: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, re.Pattern[str]], ...]], ...]
 
 
 @lru_cache(maxsize=64)
@@ -109,9 +111,9 @@ def _prefilter(codes: frozenset[str]) -> _Prefilter:
         else:
             key = (tuple(sorted(rule.triggers)), rule.trigger_pattern)
             patterned.setdefault(key, _branches(rule.trigger_pattern))
+    ordered = sorted(patterned.items(), key=lambda kv: kv[0])
     return _Prefilter(_anchored_groups(words),
-                      tuple((key[0], rx) for key, rx in sorted(patterned.items(), key=lambda kv: kv[0])
-                            if not set(key[0]) <= words))
+                      tuple((key[0], _branch_anchor(rx), rx) for key, rx in ordered if not set(key[0]) <= words))
 
 
 _META = frozenset(".^$*+?{}[]()|\\")
@@ -148,6 +150,17 @@ def _branches(pattern: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
         i += 1
     parts.append(pattern[start:])
     return tuple((_literal_prefix(part), re.compile(part)) for part in parts)
+
+
+def _branch_anchor(branches: tuple[tuple[str, re.Pattern[str]], ...]) -> str:
+    """A substring of every branch's literal text, searched once before the
+    branches are (HKL315's sixteen registration APIs all hold `_hook`); "" when
+    there is none."""
+    literals = {literal for literal, _rx in branches}
+    if len(literals) < 2 or "" in literals:
+        return ""
+    groups = _anchored_groups(literals)
+    return groups[0][0] if len(groups) == 1 else ""
 
 
 def _literal_prefix(part: str) -> str:
@@ -211,9 +224,59 @@ def _admits(text: str, codes: frozenset[str]) -> bool:
     pre = _prefilter(codes)
     if any(anchor in text and any(word in text for word in words) for anchor, words in pre.groups):
         return True
-    return any(any(word in text for word in rule_words)
+    return any(any(word in text for word in rule_words) and anchor in text
                and any(literal in text and rx.search(text) for literal, rx in branches)
-               for rule_words, branches in pre.patterned)
+               for rule_words, anchor, branches in pre.patterned)
+
+
+@dataclass(frozen=True)
+class _RuleFilter:
+    """Each rule's own triggers, for the rules run on a file the prefilter admitted."""
+    # (anchor, words): as _Prefilter.groups, over every rule's words
+    groups: tuple[tuple[str, tuple[str, ...]], ...]
+    # (code, words, anchor of the branches, pattern branches or None)
+    rules: tuple[tuple[str, frozenset[str], str, tuple[tuple[str, re.Pattern[str]], ...] | None], ...]
+
+
+@lru_cache(maxsize=64)
+def _rule_filter(codes: frozenset[str]) -> _RuleFilter:
+    words: set[str] = set()
+    branches: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {}
+    rules = []
+    for rule in rule_entries():
+        if rule.code not in codes or not rule.static:
+            continue
+        words.update(rule.triggers)
+        pattern = None
+        if rule.trigger_pattern is not None:
+            pattern = branches.setdefault(rule.trigger_pattern, _branches(rule.trigger_pattern))
+        rules.append((rule.code, frozenset(rule.triggers), _branch_anchor(pattern) if pattern else "", pattern))
+    return _RuleFilter(_anchored_groups(words), tuple(rules))
+
+
+def admitted_rules(text: str, codes: frozenset[str]) -> frozenset[str]:
+    """The rules among ``codes`` whose own triggers the text holds: the only ones
+    that can flag it (the contract of `triggers`, which `--select` of one rule
+    relies on too).  A file another rule admits is checked by these alone:
+    rules whose words it lacks cost a third of a cold run on the corpus, for
+    no finding."""
+    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    filt = _rule_filter(codes)
+    present = {word for anchor, words in filt.groups if anchor in text for word in words if word in text}
+    out = []
+    matched: dict[int, bool] = {}
+    for code, words, anchor, branches in filt.rules:
+        if words.isdisjoint(present):
+            continue
+        if branches is not None:
+            key = id(branches)
+            if key not in matched:
+                matched[key] = anchor in text and any(literal in text and rx.search(text) for literal, rx in branches)
+            if not matched[key]:
+                continue
+        out.append(code)
+    return frozenset(out)
 
 
 def _syntax_finding(display_path: str, message: str, row: int, column: int) -> Finding:
@@ -310,6 +373,8 @@ def check_text(
         return result
     if prefilter and graph is None and not may_contain_findings(text, active):
         return result
+    # rules judged by the driver (HKL003) run whatever the text; the others only where their own triggers are
+    runs = active - _static_codes(active) | admitted_rules(text, active) if prefilter and graph is None else active
     # After the prefilter: a file it rules out has no finding for a `# noqa` to
     # silence, and scanning every file's text again cost a third of the run.
     if noqa:
@@ -321,14 +386,16 @@ def check_text(
         return result
     with collected_after() as collecting:
         return _check_parsed(path, text, active, result, display, parse_name, graph, target, notebook,
-                             project_answers, summarize, noqa, release=not collecting)
+                             project_answers, summarize, noqa, release=not collecting, runs=runs)
 
 
 def _check_parsed(path: str, text: str, active: frozenset[str], result: FileResult, display: str,
                   parse_name: str, graph: Any, target: tuple[int, int] | None, notebook: Notebook | None,
-                  project_answers: dict[str, Any] | None, summarize: bool, noqa: bool, release: bool) -> FileResult:
+                  project_answers: dict[str, Any] | None, summarize: bool, noqa: bool, release: bool,
+                  runs: frozenset[str] | None = None) -> FileResult:
     """check_text after the prefilter (under ``hooklint.static.garbage.collected_after``).  ``release``:
-    break the analysis's reference cycles when done, for a caller that keeps the collector off."""
+    break the analysis's reference cycles when done, for a caller that keeps the collector off.  ``runs``:
+    the rules to run (default ``active``); the others are still decided (HKL003), having no finding."""
     parsed = _parse(text, display, parse_name, target, notebook, active, result)
     if parsed is None:
         return result
@@ -338,7 +405,7 @@ def _check_parsed(path: str, text: str, active: frozenset[str], result: FileResu
 
     ctx = FileContext(path, text, tree, display_path=display, graph=graph, project_answers=project_answers)
     try:
-        findings = _run_rules(ctx, active, result)
+        findings = _run_rules(ctx, active, result, runs)
         if summarize:
             result.summary = _summary_of(ctx, result)
         if "project" in ctx.__dict__:
@@ -414,6 +481,11 @@ def _unknown_noqa_notices(display: str, text: str, notebook: Notebook | None) ->
                                    f"--all` lists them), so it suppresses nothing", NoticeLevel.WARNING,
                           once_key=f"unknown-noqa-code:{code}"))
     return out
+
+
+@lru_cache(maxsize=64)
+def _static_codes(codes: frozenset[str]) -> frozenset[str]:
+    return frozenset(entry.code for entry in rule_entries() if entry.code in codes and entry.static)
 
 
 @lru_cache(maxsize=1)
@@ -494,10 +566,13 @@ def _place_related(r: Related, notebook: Notebook, display: str) -> Related:
     return replace(r, cell=cell, location=Location(row, col), message=notebook.describe_rows(r.message))
 
 
-def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult) -> list[Finding]:
+def _run_rules(ctx: FileContext, active: frozenset[str], result: FileResult,
+               runs: frozenset[str] | None = None) -> list[Finding]:
     display = ctx.display_path
     findings: list[Finding] = []
     for rule in _static_rules(active):
+        if runs is not None and rule.code not in runs:
+            continue
         try:
             findings.extend(rule.check(ctx))
         except RecursionError:

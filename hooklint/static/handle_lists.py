@@ -41,11 +41,11 @@ def growing_handle_lists(core: Core, cls: Any) -> list[Growth]:
     construction, added with ``append`` / ``extend`` / ``+=`` (not keyed)."""
     classes = core.related_classes(cls)
     found: dict[str, tuple[list, list[str]]] = {}
-    constructing = construction_methods(classes)
+    kept: list[tuple[str, ast.AST, str]] = []  # (method name, method, attribute) of handles kept in an element
     for info in classes:
         for name, method in info.methods.items():
-            if name in constructing:
-                continue
+            if name in _CONSTRUCTION:
+                continue  # construction, whatever else calls it
             for reg in core.facts(method).regs:
                 handle = reg.handle
                 if not handle.startswith("at:"):
@@ -53,14 +53,21 @@ def growing_handle_lists(core: Core, cls: Any) -> list[Growth]:
                 place = handle[3:]
                 if not place.startswith(P.ELEMENT + "s.") or "." in place[len(P.ELEMENT) + 2:]:
                     continue
-                attr = place[len(P.ELEMENT) + 2:]
-                adds = _adding_sites(method, attr)
-                if not adds:
-                    continue
-                entry = found.setdefault(attr, ([], []))
-                entry[0].extend(a for a in adds if a not in entry[0])
-                if name not in entry[1]:
-                    entry[1].append(name)
+                kept.append((name, method, place[len(P.ELEMENT) + 2:]))
+    if not kept:
+        return []
+    # (walks every method of the classes: only for the classes that keep handles, a few of a file's)
+    constructing = construction_methods(classes)
+    for name, method, attr in kept:
+        if name in constructing:
+            continue
+        adds = _adding_sites(method, attr)
+        if not adds:
+            continue
+        entry = found.setdefault(attr, ([], []))
+        entry[0].extend(a for a in adds if a not in entry[0])
+        if name not in entry[1]:
+            entry[1].append(name)
     return [Growth(attr, adds, methods) for attr, (adds, methods) in found.items()]
 
 

@@ -52,6 +52,16 @@ SPELLINGS = {
         "import torch.nn as nn\nlayer = nn.Linear(2, 2)\r\ny = (layer.\r  forward)(x)\r",
         "import torch.nn as nn\nlayer = nn.Linear(2, 2)\ny = layer.\uff46orward(x)\n",  # fullwidth f: NFKC
     ],
+    "HKL704": [
+        "import torch, torch.nn as nn\n@torch.compiler.disable\ndef log_shapes(module, args, output):\n"
+        "    print(output.shape)\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "model[0].register_forward_hook(log_shapes)\nmodel.compile(fullgraph  # strict\n    = True)\n"
+        "model(torch.rand(1, 4))\n",
+        "import torch, torch.nn as nn\n@torch.compiler.disable\ndef log_shapes(module, args, output):\n"
+        "    print(output.shape)\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n"
+        "model[0].register_forward_hook(log_shapes)\nmodel.compile(\uff46ullgraph=True)\n"
+        "model(torch.rand(1, 4))\n",  # fullwidth f: NFKC
+    ],
     "HKL501": [
         "import torch\nclass F(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, a, b):\n"
         "        return a * b\n    @staticmethod\n    def \\\n  backward(ctx, g):\n        return g\n",
@@ -120,3 +130,31 @@ def test_the_shortcut_and_a_full_parse_agree_on_real_code():
 
     assert keyed(results[True]) == keyed(results[False])
     assert keyed(results[False]), "real code with no finding at all: is the pass running?"
+
+
+def test_a_file_is_checked_by_the_rules_its_text_admits():
+    """A file another rule admits is checked only by the rules whose own triggers
+    it holds (the others cannot flag it); `prefilter=False` runs them all."""
+    from hooklint.static.checker import admitted_rules
+
+    codes = frozenset(resolve_codes(None, [], []))
+    compiled = "import torch\nmodel = torch.compile(model)\n"
+    assert admitted_rules(compiled, codes) == {"HKL701"}
+    hooked = compiled + "h = model.register_forward_hook(fn)\n"
+    assert {"HKL701", "HKL304", "HKL308"} <= admitted_rules(hooked, codes)
+    # Python reads identifiers in NFKC form: the fullwidth spelling is the same API
+    assert "HKL304" in admitted_rules(compiled + "h = model.\uff52egister_forward_hook(fn)\n", codes)
+
+
+def test_rules_not_admitted_are_not_run(monkeypatch):
+    from hooklint.static import checker
+
+    ran = []
+    for rule in checker._static_rules(frozenset({"HKL303", "HKL304"})):
+        monkeypatch.setattr(rule, "check", lambda ctx, code=rule.code: ran.append(code) or [])
+    text = "import torch.nn as nn\nlayer = nn.Linear(2, 2)\ny = layer.forward(x)\n"
+    checker.check_text("a.py", text, frozenset({"HKL303", "HKL304"}))
+    assert ran == ["HKL303"]
+    ran.clear()
+    checker.check_text("a.py", text, frozenset({"HKL303", "HKL304"}), prefilter=False)
+    assert sorted(ran) == ["HKL303", "HKL304"]
