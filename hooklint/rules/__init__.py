@@ -60,6 +60,7 @@ _RULE_MODULES = (
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.load_hook_replaces_tensor",
     "hooklint.rules.lazy_tensor_without_load_hook",
+    "hooklint.rules.hook_counts_module_per_call",
 )
 
 
