@@ -61,6 +61,7 @@ _RULE_MODULES = (
     "hooklint.rules.load_hook_replaces_tensor",
     "hooklint.rules.lazy_tensor_without_load_hook",
     "hooklint.rules.hook_counts_module_per_call",
+    "hooklint.rules.grad_hook_collective_skips_unused",
 )
 
 
