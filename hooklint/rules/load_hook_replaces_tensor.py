@@ -38,7 +38,9 @@ class LoadHookReplacesTensor(Rule):
     written only for that mode is reported too.  Only replacements by the
     checkpoint's tensor itself (or a `Parameter` / copy of it) are reported; a
     hook that resizes a parameter to a new empty tensor before the copy is
-    not.
+    not, nor a tensor registered under a constant name the class gives no
+    tensor elsewhere (a staging buffer for a later quantization is new, not
+    a replacement).
 
     ## Example
     ```python
@@ -109,6 +111,15 @@ class LoadHookReplacesTensor(Rule):
         "        self._register_load_state_dict_pre_hook(self._resize)\n"
         "    def _resize(self, state_dict, prefix, *args):\n"
         "        self.register_buffer('table', torch.empty(state_dict[prefix + 'table'].shape))\n",
+        # a new staging buffer, not one of the module's tensors
+        "import torch.nn as nn\n"
+        "class Experts(nn.Module):\n"
+        "    def _load_from_state_dict(self, state_dict, prefix, *args):\n"
+        "        key = prefix + 'gate_up_proj'\n"
+        "        if key in state_dict:\n"
+        "            self.register_buffer('_gate_up_pending', state_dict.pop(key))\n"
+        "        else:\n"
+        "            super()._load_from_state_dict(state_dict, prefix, *args)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -129,7 +140,7 @@ class LoadHookReplacesTensor(Rule):
             "def take(module, state_dict, prefix, *rest):\n"
             "    table = state_dict.get(prefix + 'table')\n"
             "    if table is not None:\n"
-            "        module.table = table.to('cpu')  # HKL901\n"
+            "        module.weight = table.to('cpu')  # HKL901\n"
             "emb = nn.Module()\n"
             "emb.register_load_state_dict_pre_hook(take)\n"
         ),
@@ -147,7 +158,7 @@ class LoadHookReplacesTensor(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         seen: set[int] = set()
         for hook in load_hooks(ctx.model, ctx.inference):
-            for rep in checkpoint_replacements(hook):
+            for rep in checkpoint_replacements(ctx.model, hook):
                 if id(rep.node) in seen:
                     continue
                 seen.add(id(rep.node))

@@ -199,9 +199,51 @@ class _Checkpoint:
         return False
 
 
-def checkpoint_replacements(hook: LoadHook) -> Iterator[Replacement]:
+def _constant(expr: ast.expr | None) -> str | None:
+    return expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else None
+
+
+def _existing_tensor_names(model: SemanticModel, func: ast.AST, skip: set[int]) -> set[str] | None:
+    """Names the module's class gives its tensors elsewhere (attributes it assigns,
+    ``register_parameter`` / ``register_buffer`` with a constant name), plus
+    ``weight`` and ``bias``; None when the hook is not in a class."""
+    info = model.enclosing_class(func)
+    if info is None:
+        return None
+    names = {"weight", "bias"}
+    stack = [info]
+    seen: set[int] = set()
+    while stack:
+        cls = stack.pop()
+        if id(cls) in seen:
+            continue
+        seen.add(id(cls))
+        names.update(cls.attributes)
+        stack.extend(cls.local_bases)
+        for method in cls.methods.values():
+            for node in ast.walk(method):
+                if isinstance(node, ast.Call) and id(node) not in skip and _func_name(node) in (
+                        "register_parameter", "register_buffer") and node.args:
+                    name = _constant(node.args[0])
+                    if name is not None:
+                        names.add(name)
+    return names
+
+
+def checkpoint_replacements(model: SemanticModel, hook: LoadHook) -> Iterator[Replacement]:
     """Where the hook rebinds one of the module's parameters or buffers to the
-    checkpoint's own tensor instead of letting the load copy into it."""
+    checkpoint's own tensor instead of letting the load copy into it.  A
+    constant name the class never gives a tensor elsewhere is a new tensor
+    (a staging buffer), not a replacement."""
+    for rep, name in _replacements(hook):
+        if name is not None:
+            existing = _existing_tensor_names(model, hook.func, {id(rep.node)})
+            if name not in (existing if existing is not None else {"weight", "bias"}):
+                continue
+        yield rep
+
+
+def _replacements(hook: LoadHook) -> Iterator[tuple[Replacement, str | None]]:
     if hook.state_dict is None or not hook.module_names:
         return
     ckpt = _Checkpoint(hook.func, hook.state_dict)
@@ -213,19 +255,19 @@ def checkpoint_replacements(hook: LoadHook) -> Iterator[Replacement]:
                 if name in ("register_parameter", "register_buffer") and isinstance(node.func, ast.Attribute) \
                         and _root(node.func.value) in hook.module_names and len(node.args) >= 2 \
                         and ckpt.is_tensor(node.args[1]):
-                    yield Replacement(node, f"{name}(...)")
+                    yield Replacement(node, f"{name}(...)"), _constant(node.args[0])
                 elif name == "setattr" and len(node.args) == 3 and _root(node.args[0]) in hook.module_names \
                         and ckpt.is_tensor(node.args[2]):
-                    yield Replacement(node, "setattr(...)")
+                    yield Replacement(node, "setattr(...)"), _constant(node.args[1])
             elif isinstance(node, ast.Assign) and ckpt.is_tensor(node.value):
                 for target in node.targets:
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                             and target.value.id in hook.module_names:
-                        yield Replacement(node, ast.unparse(target))
+                        yield Replacement(node, ast.unparse(target)), target.attr
                     elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) \
                             and target.value.attr in ("_parameters", "_buffers") \
                             and _root(target.value) in hook.module_names:
-                        yield Replacement(node, ast.unparse(target.value) + "[...]")
+                        yield Replacement(node, ast.unparse(target.value) + "[...]"), _constant(target.slice)
 
 
 # --- lazy tensors -----------------------------------------------------------------------------
