@@ -315,7 +315,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
    'GuidedBackprop',
    'Deconvolution',
    'GuidedGradCam',
-   '.apply('),
+   'self.apply('),
   'register_(?:full_)?(?:forward|backward)|_hook|DeepLift|GuidedBackprop|Deconvolution|\\.apply\\(',
   True),
  ('HKL316',

@@ -318,7 +318,7 @@ _APPLY_HOOKING_CLASSES = frozenset({
     "DeepLift", "DeepLiftShap", "LayerDeepLift", "LayerDeepLiftShap", "NeuronDeepLift", "NeuronDeepLiftShap",
     "GuidedBackprop", "Deconvolution", "NeuronGuidedBackprop", "NeuronDeconvolution", "GuidedGradCam",
 })
-APPLY_WALKER_WORDS = ("DeepLift", "GuidedBackprop", "Deconvolution", "GuidedGradCam", ".apply(")
+APPLY_WALKER_WORDS = ("DeepLift", "GuidedBackprop", "Deconvolution", "GuidedGradCam", "self.apply(")
 _MODULE_PARTS = frozenset({"named_modules", "modules", "children", "named_children", "get_submodule"})
 _HOOK_METHODS = frozenset({"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
                            "register_full_backward_pre_hook", "register_backward_hook"})
