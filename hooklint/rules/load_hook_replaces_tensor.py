@@ -114,6 +114,9 @@ class LoadHookReplacesTensor(Rule):
         # a new staging buffer, not one of the module's tensors
         "import torch.nn as nn\n"
         "class Experts(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self._gate_up_pending = None\n"
         "    def _load_from_state_dict(self, state_dict, prefix, *args):\n"
         "        key = prefix + 'gate_up_proj'\n"
         "        if key in state_dict:\n"

@@ -218,7 +218,9 @@ def _existing_tensor_names(model: SemanticModel, func: ast.AST, skip: set[int]) 
         if id(cls) in seen:
             continue
         seen.add(id(cls))
-        names.update(cls.attributes)
+        # an attribute set only to None (a placeholder for a tensor staged later) holds no tensor to replace
+        names.update(attr for attr, entries in cls.attributes.items()
+                     if any(not (isinstance(expr, ast.Constant) and expr.value is None) for expr, _s, _n in entries))
         stack.extend(cls.local_bases)
         for method in cls.methods.values():
             for node in ast.walk(method):
