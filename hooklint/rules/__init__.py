@@ -58,6 +58,10 @@ _RULE_MODULES = (
     "hooklint.rules.hook_per_parent_on_shared_module",
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
+    "hooklint.rules.load_hook_replaces_tensor",
+    "hooklint.rules.lazy_tensor_without_load_hook",
+    "hooklint.rules.hook_counts_module_per_call",
+    "hooklint.rules.grad_hook_collective_skips_unused",
 )
 
 

@@ -13,7 +13,7 @@ from hooklint.static.hook_effects import accumulating_effects, changes_output
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import positional_params
 from hooklint.static.values import src
-from hooklint.static.walks import recursive_walks, registrations, remembers_modules
+from hooklint.static.walks import APPLY_WALKER_WORDS, aliased_submodules, recursive_walks, registrations, remembers_modules
 
 _KIND_WORDS = {
     "forward": "forward hook", "forward-pre": "forward pre-hook", "backward-legacy": "backward hook",
@@ -30,7 +30,14 @@ class HookPerParentOnSharedModule(Rule):
     child), on the module it visits or on each child, directly, through a
     helper, or through a callback the walk is handed (`walk(model,
     add_hooks)`), when neither the walk nor the registering function nor
-    the hook keeps track of the modules already visited.
+    the hook keeps track of the modules already visited.  Also reports an
+    `nn.Module` class that stores a module taken from inside another of its
+    submodules under a second attribute (`self.layer =
+    dict(self.model.named_modules())[name]`, a helper that returns one of
+    `self.model.named_modules()`), which makes it a second child, when the
+    class walks itself with `Module.apply` to hook modules (`self.apply(fn)`
+    with `fn` registering a module hook, or captum's `DeepLift(self)`,
+    `GuidedBackprop(self)`, which hook through `model.apply`).
 
     ## Why is this bad?
     A module can have several parents: a layer reused in two blocks, an
@@ -42,7 +49,9 @@ class HookPerParentOnSharedModule(Rule):
     a FLOP counter or a model summary counts the module twice, an
     activation recorder stores every output twice, a hook that changes the
     output applies itself twice.  Nothing fails: the figures are just
-    wrong, and only for models that share modules.
+    wrong, and only for models that share modules.  `Module.apply` recurses
+    over `children()` too: a submodule stored again as an attribute of an
+    ancestor has two parents and is visited, and hooked, twice.
 
     ## Known problems
     Only walks that recurse by calling themselves with the child are
@@ -52,7 +61,9 @@ class HookPerParentOnSharedModule(Rule):
     record keyed by the module (`m in seen`, `id(m) not in done`,
     `seen.add(m)`, `if done.get(id(m))`) or looks at the hooks the module
     already holds (`module._forward_hooks`).  `nn.Module.apply(fn)` also
-    visits a shared module once per parent; it is not reported here.  The
+    visits a shared module once per parent; it is reported only for the
+    alias an `nn.Module` class makes itself and walks itself (keep such a
+    layer out of the module tree: a plain holder object, or its name).  The
     severity is *warning*: only models that share a module are affected.
 
     ## Example
@@ -101,10 +112,12 @@ class HookPerParentOnSharedModule(Rule):
     summary = ("A recursion over children() registers a hook once per parent: a shared module gets it several "
                "times")
     severity = Severity.WARNING
-    triggers = ("children", "_modules")
+    triggers = ("children", "_modules", "get_submodule", *APPLY_WALKER_WORDS)
     # what it reports is a registration the file makes (`ctx.hooks.registrations`): the file spells a registration
-    # API, or a name built from one (`f"register_{kind}_hook"`), as the hook index requires
-    trigger_pattern = "|".join(re.escape(word) for word in REGISTRATION_TRIGGERS + DYNAMIC_NAME_TRIGGERS)
+    # API, or a name built from one (`f"register_{kind}_hook"`), as the hook index requires; or it hands a module
+    # holding an alias of its own submodule to `apply` or to a captum attribution class that hooks every module
+    trigger_pattern = "|".join([re.escape(word) for word in REGISTRATION_TRIGGERS + DYNAMIC_NAME_TRIGGERS]
+                               + [r"DeepLift|GuidedBackprop|Deconvolution|\.apply\("])
     VALID: ClassVar[tuple[str, ...]] = (
         # modules() yields each module once
         "def add_hooks(model, log):\n"
@@ -141,6 +154,21 @@ class HookPerParentOnSharedModule(Rule):
         "    def register(module):\n"
         "        module.register_forward_hook(hook)\n"
         "    walk(model, register)\n",
+        # the alias is a plain holder, not a registered child
+        "import torch\n"
+        "from captum.attr import DeepLift\n"
+        "class Holder:\n"
+        "    def __init__(self, module):\n"
+        "        self.module = module\n"
+        "class Explainer(torch.nn.Module):\n"
+        "    def __init__(self, model, layer_name):\n"
+        "        super().__init__()\n"
+        "        self.model = model\n"
+        "        self.layer = Holder(dict(self.model.named_modules())[layer_name])\n"
+        "    def forward(self, x):\n"
+        "        return self.model(x)\n"
+        "    def attribute(self, x):\n"
+        "        return DeepLift(self).attribute(x)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -161,6 +189,19 @@ class HookPerParentOnSharedModule(Rule):
             "            log.append(depth)\n"
             "        module.register_forward_pre_hook(pre)  # HKL315\n"
             "    walk(model, register)\n"
+        ),
+        Invalid(
+            "import torch\n"
+            "from captum.attr import DeepLift\n"
+            "class Explainer(torch.nn.Module):\n"
+            "    def __init__(self, model, layer_name):\n"
+            "        super().__init__()\n"
+            "        self.model = model\n"
+            "        self.layer = dict(self.model.named_modules())[layer_name]  # HKL315\n"
+            "    def forward(self, x):\n"
+            "        return self.model(x)\n"
+            "    def attribute(self, x):\n"
+            "        return DeepLift(self).attribute(x)\n"
         ),
         Invalid(
             "class Scaler:\n"
@@ -218,6 +259,20 @@ class HookPerParentOnSharedModule(Rule):
                          "of the modules already hooked (`if m in seen: return`).",
                     related=related,
                 )
+
+        for alias in aliased_submodules(ctx.model, ctx.core, ctx.inference):
+            yield self.finding(
+                ctx, alias.assign,
+                message=(f"`self.{alias.attr}` stores a module from inside `self.{alias.owner}` as a second "
+                         f"attribute, so it becomes a second child of this module, and `{alias.walker_text}` "
+                         f"(line {alias.walker.lineno}) walks this module with `Module.apply`, which recurses "
+                         f"over `children()` and visits it once through `self.{alias.owner}` and once through "
+                         f"`self.{alias.attr}`: its hooks are registered twice, so each call of it runs them "
+                         f"twice (attributions and counts are wrong, or the hook fails)"),
+                help=(f"Keep the module out of the module tree: store its name and look it up, or hold it in a "
+                      f"plain (non-Module) object, so that `self.{alias.attr}` is not registered as a child."),
+                related=[Related("the walk that hooks every module", ctx.display_path, ctx.span(alias.walker)[0])],
+            )
 
     @staticmethod
     def _registration(ctx: FileContext, call: ast.Call) -> Registration | None:

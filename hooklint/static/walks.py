@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hooklint.static.core import Core
 from hooklint.static.core import places as P
 from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
+from hooklint.static.values import ModuleValue
 
 # Iterations over the direct children of a module, and where the child sits in each item.
 _CHILD_ITERATORS = {"children": (), "named_children": (1,)}
@@ -306,3 +307,105 @@ def remembers_modules(func: ast.AST, module_names: set[str]) -> ast.AST | None:
                         and sub.func.attr == "get" and sub.args and is_module(sub.args[0]):
                     return sub
     return None
+
+
+# --- a submodule registered a second time under another name --------------------------------
+
+# Attribution classes of captum that hook every module of the model they are given through
+# `self.model.apply(self._register_hooks)` (captum 0.5 to 0.9: deep_lift.py,
+# guided_backprop_deconvnet.py, layer_deep_lift.py).
+_APPLY_HOOKING_CLASSES = frozenset({
+    "DeepLift", "DeepLiftShap", "LayerDeepLift", "LayerDeepLiftShap", "NeuronDeepLift", "NeuronDeepLiftShap",
+    "GuidedBackprop", "Deconvolution", "NeuronGuidedBackprop", "NeuronDeconvolution", "GuidedGradCam",
+})
+APPLY_WALKER_WORDS = ("DeepLift", "GuidedBackprop", "Deconvolution", "GuidedGradCam", "self.apply(")
+_MODULE_PARTS = frozenset({"named_modules", "modules", "children", "named_children", "get_submodule"})
+_HOOK_METHODS = frozenset({"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+                           "register_full_backward_pre_hook", "register_backward_hook"})
+
+
+@dataclass(frozen=True)
+class SubmoduleAlias:
+    """``self.<attr> = <a module inside self.<owner>>`` in an ``nn.Module``
+    class that is also walked with ``Module.apply`` to register hooks."""
+
+    assign: ast.AST
+    attr: str
+    owner: str
+    walker: ast.Call
+    walker_text: str
+
+
+def _part_owner(place: str) -> str | None:
+    """``e:s.model`` and ``s.model.fc`` are parts of ``self.model``."""
+    if place.startswith("e:"):
+        place = place[2:]
+    if not place.startswith("s."):
+        return None
+    return place[2:].split(".")[0] or None
+
+
+def _drawn_from_module_tree(model: SemanticModel, info, expr: ast.AST, depth: int = 0) -> bool:
+    """The expression (or the method of the class it calls) walks a module tree."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _MODULE_PARTS:
+                return True
+            if depth < 2 and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                method = info.method(node.func.attr)
+                if method is not None and method is not expr and _drawn_from_module_tree(model, info, method,
+                                                                                         depth + 1):
+                    return True
+    return False
+
+
+def _registers_module_hooks(func: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _HOOK_METHODS
+               for n in ast.walk(func))
+
+
+def _apply_walkers(model: SemanticModel, inference, info) -> list[tuple[ast.Call, str]]:
+    """Calls in the class's methods that walk ``self`` with ``Module.apply`` to register hooks."""
+    out: list[tuple[ast.Call, str]] = []
+    for func in info.methods.values():
+        for node in ast.walk(func):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            first = node.args[0]
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "apply" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
+                fn = inference.callable_of(first)
+                if fn is not None and _registers_module_hooks(fn.node):
+                    out.append((node, f"self.apply({ast.unparse(first)})"))
+            elif isinstance(first, ast.Name) and first.id == "self":
+                qual = model.qualify(node.func) or ""
+                if qual.startswith("captum.") and qual.rsplit(".", 1)[-1] in _APPLY_HOOKING_CLASSES:
+                    out.append((node, f"{ast.unparse(node.func)}(self)"))
+    return out
+
+
+def aliased_submodules(model: SemanticModel, core: Core, inference) -> list[SubmoduleAlias]:
+    """Submodules an ``nn.Module`` class registers a second time under another
+    attribute, when the class walks itself with ``Module.apply`` to hook
+    modules: ``apply`` recurses over ``children()`` of each module, which
+    deduplicates only among one module's direct children, so the module is
+    visited (and hooked) once through its real parent and once through the
+    alias."""
+    out: list[SubmoduleAlias] = []
+    for info in model.classes.values():
+        if model.is_module_class(info) is not True:
+            continue
+        walkers = _apply_walkers(model, inference, info)
+        if not walkers:
+            continue
+        for attr, entries in info.attributes.items():
+            for expr, scope, node in entries:
+                func = scope.node
+                owner = _part_owner(core.places.of(expr, func)) if isinstance(func, FunctionNode) else None
+                if owner is None or owner == attr:
+                    continue
+                if not (_drawn_from_module_tree(model, info, expr) or isinstance(inference.infer(expr), ModuleValue)):
+                    continue
+                call, text = walkers[0]
+                out.append(SubmoduleAlias(node, attr, owner, call, text))
+    return out

@@ -97,3 +97,40 @@ def test_overwriting_observer_is_unaffected(walks):
     model(x)
     assert len(shared._forward_hooks) == 2  # hooked twice all the same, but harmlessly
     assert torch.equal(outputs["0.0"], outputs["1.0"])  # both slots hold the shared module's last output
+
+
+# --- a submodule stored again under another attribute (HKL315, alias) ------------------------
+
+
+@pytest.fixture(scope="module")
+def probes():
+    return runpy.run_path(str(RULES / "hkl315_submodule_alias.py"))
+
+
+def test_apply_visits_an_aliased_submodule_twice(probes):
+    model = probes["make_model"]()
+    probe = probes["LayerProbe"](model, "0")
+    assert sum(m is model[0] for m in probe.modules()) == 1  # modules() keeps its memo
+    visited = []
+    probe.apply(visited.append)
+    assert sum(m is model[0] for m in visited) == 2  # apply: once through model, once through the alias
+
+
+def test_aliased_layer_is_hooked_twice_and_runs_its_hook_twice(probes):
+    model = probes["make_model"]()
+    probe = probes["LayerProbe"](model, "0")
+    probe.instrument()
+    probe(torch.ones(1, 3))
+    probe.release()
+    assert len(model[0]._forward_hooks) == 0
+    assert model[0].calls == 2 and model[2].calls == 1
+
+
+@pytest.mark.parametrize("name", ["HeldProbe", "NamedProbe"])
+def test_layer_kept_out_of_the_tree_is_hooked_once(probes, name):
+    model = probes["make_model"]()
+    probe = probes[name](model, "0")
+    probe.instrument()
+    probe(torch.ones(1, 3))
+    probe.release()
+    assert model[0].calls == 1 and model[2].calls == 1
