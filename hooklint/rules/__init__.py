@@ -58,6 +58,10 @@ _RULE_MODULES = (
     "hooklint.rules.hook_per_parent_on_shared_module",
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
+    "hooklint.rules.helper_bypasses_own_hooks",
+    "hooklint.rules.instance_forward_closure",
+    "hooklint.rules.hook_dicts_not_copied",
+    "hooklint.rules.forward_rewrapped_per_object",
 )
 
 
