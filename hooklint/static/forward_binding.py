@@ -349,7 +349,7 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
                     isinstance(t, ast.Attribute) and t.attr == "forward" and isinstance(t.value, ast.Name)
                     and t.value.id == module_name for t in other.targets):
                 restored = True
-        if restored:
+        if restored or _names_a_class(ctx, node.targets[0].value, func) or _restored_by_caller(ctx, func, node):
             continue
         free = _free_names(fn)
         if module_name in free:
@@ -361,6 +361,53 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
         if not _is_module_name(ctx, node.targets[0].value, func):
             continue
         yield node, module_name, captured, func
+
+
+def _names_a_class(ctx: FileContext, name: ast.Name, func: ast.AST) -> bool:
+    """``cls.forward = ...`` in ``__init_subclass__``, a classmethod, ``__new__``
+    or a metaclass: a class attribute, looked up through the class and bound
+    to each object (a copy included)."""
+    if name.id == "cls":
+        return True
+    decorators = {d.id for d in getattr(func, "decorator_list", ()) if isinstance(d, ast.Name)}
+    if name.id == _first_param(func) and (
+            "classmethod" in decorators or getattr(func, "name", "") in ("__init_subclass__", "__new__")
+            or _is_metaclass(ctx, ctx.model.enclosing_class(func))):
+        return True
+    return ctx.model.class_for_expr(name) is not None
+
+
+def _outermost_function(ctx: FileContext, func: ast.AST) -> ast.AST:
+    outer = func
+    while True:
+        up = ctx.model.enclosing_function(outer)
+        if up is None or isinstance(up, ast.Lambda):
+            return outer
+        outer = up
+
+
+def _restored_by_caller(ctx: FileContext, func: ast.AST, assign: ast.AST) -> bool:
+    """The function that installs the forward is called, in this file, by
+    one that sets ``.forward`` again after the call (a context manager
+    putting the original back after its ``yield``): the wrapper lives only
+    for the length of that call."""
+    outer = _outermost_function(ctx, func)
+    name = getattr(outer, "name", None)
+    if name is None:
+        return False
+    for call in ast.walk(ctx.tree):
+        if not (isinstance(call, ast.Call) and (
+                (isinstance(call.func, ast.Name) and call.func.id == name)
+                or (isinstance(call.func, ast.Attribute) and call.func.attr == name))):
+            continue
+        caller = ctx.model.enclosing_function(call)
+        if caller is None or caller is outer:
+            continue
+        for node in walk_function(caller):
+            if isinstance(node, ast.Assign) and node.lineno > call.lineno and any(
+                    isinstance(t, ast.Attribute) and t.attr == "forward" for t in node.targets):
+                return True
+    return False
 
 
 def _is_module_name(ctx: FileContext, name: ast.Name, func: ast.AST) -> bool:
