@@ -91,6 +91,8 @@ class ForwardRewrappedPerObject(Rule):
     summary = "a class's `forward` is wrapped again for every object: the wrappers nest"
     severity = Severity.WARNING
     triggers = ("forward", "__call__")
+    # an assignment to the attribute, or `setattr(..., "forward", ...)`
+    trigger_pattern = r"\.(?:forward|__call__)[ \t]*=[^=]|setattr\(.{0,80}?[\"'](?:forward|__call__)[\"']"
     VALID: ClassVar[tuple[str, ...]] = (
         # once per class, from __init_subclass__
         "import torch.nn as nn\n"

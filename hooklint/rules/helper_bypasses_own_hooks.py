@@ -103,7 +103,7 @@ class HelperBypassesOwnHooks(Rule):
     summary = "a module's method returns `self.forward(...)` while the module is also called: hooks fire on one path only"
     severity = Severity.WARNING
     triggers = ("forward",)
-    trigger_pattern = r"self\.forward\("
+    trigger_pattern = r"\.forward[ \t]*\("
     VALID: ClassVar[tuple[str, ...]] = (
         # no sign that the module is ever called as a module (transformers' Gemma3n AltUp)
         "import torch.nn as nn\n"

@@ -86,7 +86,10 @@ class HookDictsNotCopied(Rule):
     name = "hook-dicts-not-copied"
     summary = "module attributes copied by name without the underscore ones: the hooks stay on the original"
     severity = Severity.WARNING
-    triggers = ("setattr",)
+    # the underscore filter (`startswith("_")`, `name[0] == "_"`, a pattern `r"_"` / `"^_"`) ...
+    triggers = ('startswith("_', "startswith('_", '"_",', "'_',", '"_"]', "'_']", '"^_', "'^_", '== "_"', "== '_'")
+    # ... and the attribute names listed (`dir(x)`, `vars(x)`, `x.__dict__`, `inspect.getmembers(x)`)
+    trigger_pattern = r"\b(?:dir|vars)\(|__dict__|getmembers\("
     VALID: ClassVar[tuple[str, ...]] = (
         # the hook dicts carried over explicitly (neural-compressor 2.1)
         "import re\n"

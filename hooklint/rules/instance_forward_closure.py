@@ -82,8 +82,8 @@ class InstanceForwardClosure(Rule):
     name = "instance-forward-closure"
     summary = "`module.forward` replaced by a closure over the module: a deep copy still runs the original"
     severity = Severity.WARNING
-    triggers = (".forward",)
-    trigger_pattern = r"\.forward[ \t]*="
+    triggers = ("forward",)
+    trigger_pattern = r"\.forward[ \t]*=[^=]|setattr\(.{0,80}?[\"']forward[\"']"
     VALID: ClassVar[tuple[str, ...]] = (
         # functools.partial: deepcopy re-binds the module to the copy
         "import functools\n"

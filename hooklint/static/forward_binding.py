@@ -193,8 +193,11 @@ def class_rewraps(ctx: FileContext) -> Iterator[tuple[ast.AST, ast.AST, str, str
 
 # --- a module's own helper returning its forward (HKL322) --------------------
 
+_PASSTHROUGH_METHODS = frozenset({"detach", "cpu", "clone", "contiguous", "float", "numpy", "tolist", "item"})
+
+
 def _unwrap_result(expr: ast.AST) -> ast.AST:
-    """``cast(T, x)``, ``typing.cast(T, x)``, ``x[0]``: the value they pass on."""
+    """``cast(T, x)``, ``typing.cast(T, x)``, ``x[0]``, ``x.detach()``: the value they pass on."""
     while True:
         if isinstance(expr, ast.Call) and len(expr.args) == 2 and not expr.keywords and (
                 (isinstance(expr.func, ast.Name) and expr.func.id == "cast")
@@ -202,6 +205,9 @@ def _unwrap_result(expr: ast.AST) -> ast.AST:
             expr = expr.args[1]
         elif isinstance(expr, ast.Subscript):
             expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.args \
+                and not expr.keywords and expr.func.attr in _PASSTHROUGH_METHODS:
+            expr = expr.func.value
         else:
             return expr
 
@@ -246,6 +252,12 @@ def hands_over_to_module_call(func: ast.AST) -> bool:
     return False
 
 
+def _derives_from(info: ClassInfo, cls: ClassInfo, depth: int = 0) -> bool:
+    if info is cls:
+        return True
+    return depth < 16 and any(_derives_from(base, cls, depth + 1) for base in info.local_bases)
+
+
 def called_as_module(ctx: FileContext, cls: ClassInfo) -> str | None:
     """A sign, in this file, that instances of ``cls`` are called as modules,
     so that hooks on them are expected to run: its (or a local base's)
@@ -280,8 +292,9 @@ def called_as_module(ctx: FileContext, cls: ClassInfo) -> str | None:
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
                 and not is_method_self(ctx, node.func):
             value = ctx.inference.infer(node.func)
-            if isinstance(value, ModuleValue) and value.local_class is cls:
-                return f"the file calls a `{cls.name}` as a module at line {node.lineno}"
+            if isinstance(value, ModuleValue) and value.local_class is not None \
+                    and _derives_from(value.local_class, cls):
+                return f"the file calls a `{value.local_class.name}` as a module at line {node.lineno}"
     return None
 
 
@@ -319,15 +332,16 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
     function).  A forward put back later in the same function (a patch for
     the length of a call) is not one."""
     for node in ast.walk(ctx.tree):
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Attribute) and node.targets[0].attr == "forward"
-                and isinstance(node.targets[0].value, ast.Name)):
+        installed = _forward_installed(node)
+        if installed is None:
             continue
-        module_name = node.targets[0].value.id
+        module_expr, value = installed
+        module_name = module_expr.id
         func = ctx.model.enclosing_function(node)
         if func is None or isinstance(func, ast.Lambda):
             continue
-        value = node.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Call) and len(value.args) == 1:
+            value = value.args[0]  # `functools.wraps(old)(new_forward)`, `torch.no_grad()(new_forward)`
         fn: ast.AST | None = value if isinstance(value, ast.Lambda) else None
         if isinstance(value, ast.Name):
             fn = _nested_def(func, value.id)
@@ -349,7 +363,7 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
                     isinstance(t, ast.Attribute) and t.attr == "forward" and isinstance(t.value, ast.Name)
                     and t.value.id == module_name for t in other.targets):
                 restored = True
-        if restored or _names_a_class(ctx, node.targets[0].value, func) or _restored_by_caller(ctx, func, node):
+        if restored or _names_a_class(ctx, module_expr, func) or _restored_by_caller(ctx, func, node):
             continue
         free = _free_names(fn)
         if module_name in free:
@@ -358,9 +372,22 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
             captured = f"its previous bound forward `{sorted(free & old_names)[0]}`"
         else:
             continue
-        if not _is_module_name(ctx, node.targets[0].value, func):
+        if not _is_module_name(ctx, module_expr, func):
             continue
         yield node, module_name, captured, func
+
+
+def _forward_installed(node: ast.AST) -> tuple[ast.Name, ast.AST] | None:
+    """``m.forward = value`` or ``setattr(m, "forward", value)``: (``m``, value)."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+            and node.targets[0].attr == "forward" and isinstance(node.targets[0].value, ast.Name):
+        return node.targets[0].value, node.value
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+            and node.value.func.id == "setattr" and len(node.value.args) == 3 \
+            and isinstance(node.value.args[0], ast.Name) and isinstance(node.value.args[1], ast.Constant) \
+            and node.value.args[1].value == "forward":
+        return node.value.args[0], node.value.args[2]
+    return None
 
 
 def _names_a_class(ctx: FileContext, name: ast.Name, func: ast.AST) -> bool:
@@ -441,6 +468,9 @@ def _attribute_names_source(expr: ast.AST) -> ast.AST | None:
         return expr.args[0]
     if isinstance(expr, ast.Attribute) and expr.attr == "__dict__":
         return expr.value
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "getmembers" \
+            and len(expr.args) == 1:
+        return expr.args[0]  # inspect.getmembers(x)
     return None
 
 
@@ -501,6 +531,9 @@ def attribute_copies_dropping_hooks(ctx: FileContext) -> Iterator[tuple[ast.AST,
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
                     and len(node.args) == 3 and not isinstance(node.args[1], ast.Constant):
                 targets.append(node.args[0])
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "__dict__":
+                targets.append(node.func.value.value)  # new.__dict__.update({...})
             if _private_filter(node):
                 filters.append(node)
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
