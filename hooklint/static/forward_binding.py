@@ -365,6 +365,8 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
                 restored = True
         if restored or _names_a_class(ctx, module_expr, func) or _restored_by_caller(ctx, func, node):
             continue
+        if _one_shot(fn, module_name, old_names):
+            continue
         free = _free_names(fn)
         if module_name in free:
             captured = f"the module `{module_name}`"
@@ -375,6 +377,26 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
         if not _is_module_name(ctx, module_expr, func):
             continue
         yield node, module_name, captured, func
+
+
+def _one_shot(fn: ast.AST, module_name: str, old_names: set[str]) -> bool:
+    """The installed function puts the previous forward back when it runs
+    and does not install itself again (Lightning's forward redirection, as
+    in trl and ms-swift): it lives for one call."""
+    restores = reinstalls = False
+    body = fn.body if isinstance(fn.body, list) else [fn.body]
+    own = getattr(fn, "name", None)
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr == "forward" and isinstance(t.value, ast.Name)
+                    and t.value.id == module_name for t in node.targets):
+                if isinstance(node.value, ast.Name) and node.value.id in old_names:
+                    restores = True
+                else:
+                    reinstalls = reinstalls or (isinstance(node.value, ast.Name) and node.value.id == own) \
+                        or not isinstance(node.value, ast.Name)
+    return restores and not reinstalls
 
 
 def _forward_installed(node: ast.AST) -> tuple[ast.Name, ast.AST] | None:
