@@ -17,8 +17,14 @@ class InstanceForwardClosure(Rule):
     defined on the spot (a nested `def` or a `lambda`) whose closure holds
     the module itself or the module's previous bound `forward`, the way
     forward-wrapping hooks are installed (device-placement and offloading
-    hooks, profilers, adapters).  A forward put back later in the same
-    function (a patch for the length of one call) is not reported.
+    hooks, profilers, adapters); `setattr(module, "forward", ...)` and a
+    decorator applied on the spot (`functools.wraps(old)(new_forward)`)
+    count too.  Not reported: a forward put back later in the same
+    function, or by the function that calls the installer in this file (a
+    context manager restoring it after its `yield`); a wrapper that puts
+    the previous forward back when it runs and does not install itself
+    again (a one-shot redirection, as Lightning's); `cls.forward = ...`
+    (a class attribute, bound to each object afresh).
 
     ## Why is this bad?
     `module.forward = ...` makes an instance attribute, which
