@@ -62,6 +62,10 @@ _RULE_MODULES = (
     "hooklint.rules.lazy_tensor_without_load_hook",
     "hooklint.rules.hook_counts_module_per_call",
     "hooklint.rules.grad_hook_collective_skips_unused",
+    "hooklint.rules.helper_bypasses_own_hooks",
+    "hooklint.rules.instance_forward_closure",
+    "hooklint.rules.hook_dicts_not_copied",
+    "hooklint.rules.forward_rewrapped_per_object",
 )
 
 

@@ -9,6 +9,7 @@ from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severi
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.hook_targets import hook_words, object_key, registrations_by_target
+from hooklint.static.forward_binding import fresh_unhooked_instance
 from hooklint.static.hooks import HookKind
 from hooklint.static.inplace import inplace_of_name, inplace_use_of
 from hooklint.static.semantic import is_staticmethod, positional_params
@@ -36,7 +37,10 @@ class ForwardBypassesHooks(Rule):
     one of the class's own methods (its `__call__` override, a recursive
     `forward`, or a helper such as `generate` or `input_to_embed` that runs
     the module's computation on purpose: the caller called that method, not
-    the module).
+    the module; HKL322 reports the helpers whose module is also called as a
+    module), nor `Cls(...).forward(x)` on an object made in the same
+    expression, which no one can have hooked (unless its own constructor
+    hooks it: then it is reported).
 
     The receiver is followed to what it is: a layer the class builds, a
     constructor argument the class calls (`self.module.forward(x)` in a
@@ -153,6 +157,13 @@ class ForwardBypassesHooks(Rule):
         "    def forward(self, x):\n"
         "        return x\n"
         "Step().forward(1)\n",
+        # an object made in the same expression: no one can have hooked it (espnet's BeamSearch)
+        "import torch.nn as nn\n"
+        "class Search(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+        "def run(x):\n"
+        "    return Search().forward(x)\n",
         # iterating an nn.ModuleDict gives its names, not its modules
         "import torch.nn as nn\n"
         "class Heads(nn.ModuleDict):\n"
@@ -229,6 +240,8 @@ class ForwardBypassesHooks(Rule):
                 continue  # a module with its own __call__: `module(...)` would not run torch's hooks either
             if _is_method_self(ctx, func.value):
                 continue  # the module's own method: a recursive forward, or a helper run on purpose
+            if fresh_unhooked_instance(ctx, func.value):
+                continue  # `Cls(...).forward(x)`: an object no one can have hooked
             hooked = [r for r in by_target.get(object_key(ctx, func.value), ()) if r.call.lineno < call.lineno]
             receiver = src(func.value)
             if hooked:
