@@ -359,6 +359,8 @@ class _LeakAnalysis:
 
     # ---------------------------------------------------------------- entry
     def check(self, rule: Rule, reg: Registration) -> Finding | None:
+        if self._one_shot(reg):
+            return None
         for loop in enclosing_loops(reg.call):
             if self._needed(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
                     or leaves_loop_after(reg.call, loop):
@@ -395,6 +397,19 @@ class _LeakAnalysis:
             # unproven repeat; a hook that removes itself leaks only unrun; a guessed lookup of the target
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
+
+    def _one_shot(self, reg: Registration) -> bool:
+        """A hook that takes its own registration off when it runs (core's
+        ``hook_removes_itself``): registered again, it runs once per
+        registration and is gone, it does not stack.  A handle kept where only
+        the hook removes it is judged by ``_self_removing_fate`` instead (a
+        warning: a module whose forward never runs keeps it)."""
+        parent = getattr(reg.call, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and any(isinstance(t, ast.Attribute) for t in parent.targets):
+            return False
+        if isinstance(parent, ast.Return):
+            return False
+        return self.ctx.core.hook_removes_itself(reg) is not None
 
     def check_wrapped(self, rule: Rule, reg: Registration) -> Finding | None:
         """A registration through a wrapper (a function of the project that

@@ -222,6 +222,8 @@ class HookRemovedWhileNeeded(Rule):
         for reg, dest in kept:
             if not self._registered_once(ctx, dest.owner, dest.method):  # type: ignore[arg-type]
                 continue
+            if ctx.core.hook_removes_itself(reg) is not None:
+                continue  # a one-shot hook (a lazy initialiser) taking itself off: its removal is its purpose
             if any(method is not dest.method for method in stored_by[(id(dest.owner), dest.attr)]):  # type: ignore[index]
                 continue  # another method stores a new handle there: registered again on demand
             for removal in _removals(ctx, dest.owner, dest.attr):
