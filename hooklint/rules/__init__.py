@@ -59,6 +59,7 @@ _RULE_MODULES = (
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.foreign_hooks_assumed_own",
+    "hooklint.rules.handles_on_caller_object",
 )
 
 

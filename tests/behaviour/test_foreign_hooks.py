@@ -82,3 +82,71 @@ def test_the_type_filtered_walk_leaves_foreign_hooks_alone():
 def test_linter_reports_the_unchecked_walk_only():
     findings = lint(SOURCE, "HKL318")
     assert codes_at(findings) == [(20, "HKL318")]
+
+
+EXTRACTOR = '''
+import torch.nn as nn
+
+
+class FeatureExtractor:
+    def __init__(self, model, layer):
+        self.model = model
+        self.features = []
+        if not hasattr(self.model, "_ood_handles"):
+            setattr(self.model, "_ood_handles", [])
+        else:
+            for handle in self.model._ood_handles:
+                handle.remove()
+            self.model._ood_handles = []
+        self.model._ood_handles.append(layer.register_forward_hook(self.save))
+
+    def save(self, module, inputs, output):
+        self.features.append(output)
+
+
+class OwnExtractor:
+    def __init__(self, model, layer):
+        self.model = model
+        self.features = []
+        self._handles = [layer.register_forward_hook(self.save)]
+
+    def save(self, module, inputs, output):
+        self.features.append(output)
+
+    def close(self):
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+'''
+
+
+def _extractors() -> dict:
+    namespace: dict = {}
+    exec(compile(EXTRACTOR, "<snippet>", "exec"), namespace)  # noqa: S102 - our own snippet
+    return namespace
+
+
+def test_a_second_instance_on_the_same_model_strips_the_first_ones_hooks():
+    ns = _extractors()
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    first = ns["FeatureExtractor"](model, model[0])
+    second = ns["FeatureExtractor"](model, model[1])  # built on the same model (oodeel's plot after fit)
+    model(torch.ones(1, 2))
+    assert first.features == []  # silently without its hook
+    assert len(second.features) == 1
+
+
+def test_handles_kept_on_each_instance_leave_the_other_alone():
+    ns = _extractors()
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    first = ns["OwnExtractor"](model, model[0])
+    second = ns["OwnExtractor"](model, model[1])
+    model(torch.ones(1, 2))
+    second.close()
+    model(torch.ones(1, 2))
+    assert len(first.features) == 2 and len(second.features) == 1
+
+
+def test_linter_reports_the_shared_container_only():
+    findings = lint(EXTRACTOR, "HKL319")
+    assert codes_at(findings) == [(13, "HKL319")]
