@@ -151,15 +151,6 @@ class HookLeak(Rule):
     severity = Severity.ERROR
     triggers = REGISTRATION_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
-        # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
-        "class AddBatchDim:\n"
-        "    def __call__(self, mod, args):\n"
-        "        for key, hook in list(mod._forward_pre_hooks.items()):\n"
-        "            if hook is self:\n"
-        "                del mod._forward_pre_hooks[key]\n"
-        "def batch(module, names):\n"
-        "    for name in names:\n"
-        "        module.register_forward_pre_hook(AddBatchDim())\n",
         # one hook per module: different targets
         "import torch.nn as nn\n"
         "net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())\n"
@@ -262,6 +253,15 @@ class HookLeak(Rule):
         "def run(models):\n"
         "    for model in models:\n"
         "        _Probe(model)\n",
+        # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
+        "class AddBatchDim:\n"
+        "    def __call__(self, mod, args):\n"
+        "        for key, hook in list(mod._forward_pre_hooks.items()):\n"
+        "            if hook is self:\n"
+        "                del mod._forward_pre_hooks[key]\n"
+        "def batch(module, names):\n"
+        "    for name in names:\n"
+        "        module.register_forward_pre_hook(AddBatchDim())\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
