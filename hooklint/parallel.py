@@ -31,6 +31,7 @@ from hooklint.static.project import (
     APPLY_KEY,
     EXTERNAL_KEY,
     HOOKS_QUERY,
+    SELF_REMOVING_QUERY,
     ProjectIndex,
     parse_key,
     site_facts_of_source,
@@ -541,11 +542,14 @@ class ProjectPass:
 
     def _search_for(self, index: ProjectIndex, keys: set[str], wrappers: set[str]) -> None:
         """Find the callers the questions in ``keys`` need."""
-        questions = {parse_key(key) for key in keys if not key.startswith((EXTERNAL_KEY, APPLY_KEY, HOOKS_QUERY))}
+        questions = {parse_key(key) for key in keys
+                     if not key.startswith((EXTERNAL_KEY, APPLY_KEY, HOOKS_QUERY, SELF_REMOVING_QUERY))}
         applied = {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)}
         # questions about the hooks a function of another file registers are answered from that file's
         # summary; the files that re-export it (a package's `__init__.py`) are found by its name
         callees = {key[len(HOOKS_QUERY):] for key in keys if key.startswith(HOOKS_QUERY)}
+        # a hook object's class (or a hook function) of another file: the files defining it are summarized
+        callees |= {key[len(SELF_REMOVING_QUERY):] for key in keys if key.startswith(SELF_REMOVING_QUERY)}
         hooks_names = {callee.rpartition(".")[2] for callee in self._find_definers(index, callees)}
         self._find_callers(index, questions, applied, wrappers, {n for n in hooks_names if n.isidentifier()})
 
@@ -820,6 +824,8 @@ def _keep_site_facts(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
 def _answer(index: ProjectIndex, key: str) -> Any:
     if key.startswith(HOOKS_QUERY):
         return index.hooks_of(key[len(HOOKS_QUERY):])
+    if key.startswith(SELF_REMOVING_QUERY):
+        return index.self_removing(key[len(SELF_REMOVING_QUERY):])
     if key.startswith(EXTERNAL_KEY):
         return index.external_facts(key[len(EXTERNAL_KEY):])
     if key.startswith(APPLY_KEY):

@@ -66,6 +66,8 @@ _RULE_MODULES = (
     "hooklint.rules.instance_forward_closure",
     "hooklint.rules.hook_dicts_not_copied",
     "hooklint.rules.forward_rewrapped_per_object",
+    "hooklint.rules.foreign_hooks_assumed_own",
+    "hooklint.rules.handles_on_caller_object",
 )
 
 

@@ -59,6 +59,12 @@ class HookLeak(Rule):
     class's own file sees the attribute of a new object each time, the call
     shows that every object hooks the caller's module again.
 
+    Parameters outlive the call as modules do: a tensor hook or a
+    post-accumulate-grad hook on each parameter of a model or optimizer
+    the caller passes (`for p in model.parameters()`, `for p in
+    group["params"]` of its `param_groups`, `layer.weight` of each of its
+    layers) stacks the same way when the code runs again with that model.
+
     A removal that runs only when the caller's code does not raise is
     HKL308; a hook that does not stack but stays on the caller's model
     after the call that needed it is HKL307.
@@ -97,7 +103,12 @@ class HookLeak(Rule):
     arguments: a guess from the shape of the call, so such a finding is a
     warning.  A class whose methods delete entries of the hooked modules'
     hook dicts (`del layer._forward_hooks[key]`, `.pop(key)`) is taken to
-    remove its hooks that way.
+    remove its hooks that way.  A one-shot hook, which takes its own
+    registration off when it runs (a hook object whose `__call__` deletes
+    itself from the module's hook dict, a hook function that pops its own
+    entry, a closure removing the handle its call bound; its class may be
+    in another checked file), runs once per registration and is not
+    reported.
 
     ## Example
     ```python
@@ -242,6 +253,15 @@ class HookLeak(Rule):
         "def run(models):\n"
         "    for model in models:\n"
         "        _Probe(model)\n",
+        # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
+        "class AddBatchDim:\n"
+        "    def __call__(self, mod, args):\n"
+        "        for key, hook in list(mod._forward_pre_hooks.items()):\n"
+        "            if hook is self:\n"
+        "                del mod._forward_pre_hooks[key]\n"
+        "def batch(module, names):\n"
+        "    for name in names:\n"
+        "        module.register_forward_pre_hook(AddBatchDim())\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -359,6 +379,8 @@ class _LeakAnalysis:
 
     # ---------------------------------------------------------------- entry
     def check(self, rule: Rule, reg: Registration) -> Finding | None:
+        if self._one_shot(reg):
+            return None
         for loop in enclosing_loops(reg.call):
             if self._needed(reg, loop) != EMPTY or self.guards.guarded(reg.call, loop) \
                     or leaves_loop_after(reg.call, loop):
@@ -395,6 +417,19 @@ class _LeakAnalysis:
             # unproven repeat; a hook that removes itself leaks only unrun; a guessed lookup of the target
             finding = finding.with_changes(severity=Severity.WARNING)
         return finding
+
+    def _one_shot(self, reg: Registration) -> bool:
+        """A hook that takes its own registration off when it runs (core's
+        ``hook_removes_itself``): registered again, it runs once per
+        registration and is gone, it does not stack.  A handle kept where only
+        the hook removes it is judged by ``_self_removing_fate`` instead (a
+        warning: a module whose forward never runs keeps it)."""
+        parent = getattr(reg.call, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and any(isinstance(t, ast.Attribute) for t in parent.targets):
+            return False
+        if isinstance(parent, ast.Return):
+            return False
+        return self.ctx.core.hook_removes_itself(reg) is not None
 
     def check_wrapped(self, rule: Rule, reg: Registration) -> Finding | None:
         """A registration through a wrapper (a function of the project that
@@ -615,11 +650,24 @@ class _LeakAnalysis:
         if target is None:
             return None
         if reg.kind.is_tensor:
-            # only tensors known to outlive the loop or call: parameters and leaves
+            # only tensors known to outlive the loop or call: parameters and leaves, the caller's included
             value = self.ctx.inference.infer(reg.receiver)
-            if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)):
+            if not (isinstance(value, TensorValue) and (value.parameter or value.leaf is True)) \
+                    and not self._callers_parameter(reg):
                 return None
         return target | hook
+
+    def _callers_parameter(self, reg: Registration) -> bool:
+        """The hooked tensor is, in turn, each parameter of a collection the
+        caller supplies (``for p in model.parameters()``, ``for p in
+        group["params"]`` of an optimizer's ``param_groups``, ``m.weight`` of
+        each of its layers): parameters outlive the call, so a hook on them
+        stacks like one on a module."""
+        from hooklint.static.requires_grad import caller_layer_parameter, caller_parameter
+
+        model, inference = self.ctx.model, self.ctx.inference
+        return reg.receiver is not None and (caller_parameter(model, inference, reg.receiver) is not None
+                                             or caller_layer_parameter(model, inference, reg.receiver) is not None)
 
     def _looked_up(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """A module looked up in the caller's model by a helper the file cannot

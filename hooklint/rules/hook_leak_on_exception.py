@@ -183,7 +183,9 @@ class HookLeakOnException(Rule):
                     if risky is None:
                         continue
                     if cfg.exception_escapes(stmt, points):
-                        node = min((n for _p, n in removals), key=lambda n: (n.lineno, n.col_offset))
+                        # name the removal the call's normal return leads to, not a handler's for other calls
+                        normal = [n for p, n in removals if cfg.some_path_reaches(stmt, p, exceptional=False)]
+                        node = min(normal or [n for _p, n in removals], key=lambda n: (n.lineno, n.col_offset))
                         entry = found.setdefault(id(node), (node, risky, []))
                         entry[2].append(reg)
                     break

@@ -59,6 +59,10 @@ class HookRemovedWhileNeeded(Rule):
     tensor hooks are looked up when backward runs, after `forward` returned.
 
     ## Known problems
+    A hook that removes itself when it runs (a lazy layer's initialising
+    pre-hook calling `self._hook.remove()`, directly or through a helper;
+    a hook object deleting its own entry from the module's hook dict) is a
+    one-shot hook on purpose and is not reported.
     A removal under a condition (`if self.step == last:`) is not reported,
     nor one in a class that registers the hook again elsewhere (an
     `attach()` method, or the same method).  A public method that nothing in
@@ -166,6 +170,19 @@ class HookRemovedWhileNeeded(Rule):
         "            handle.remove()\n"
         "    def save(self, m, i, o):\n"
         "        self.out = o\n",
+        # a lazy initialiser: the pre-hook removes itself once it has run
+        "import torch.nn as nn\n"
+        "class LazyLinear(nn.Module):\n"
+        "    def __init__(self, out_features):\n"
+        "        super().__init__()\n"
+        "        self.out_features = out_features\n"
+        "        self.weight = nn.parameter.UninitializedParameter()\n"
+        "        self._hook = self.register_forward_pre_hook(self.initialize_parameters)\n"
+        "    def initialize_parameters(self, module, args):\n"
+        "        self.weight.materialize((self.out_features, args[0].shape[-1]))\n"
+        "        self._hook.remove()\n"
+        "    def forward(self, x):\n"
+        "        return x @ self.weight.t()\n",
         # a private helper called from the cleanup method
         "class Probe:\n"
         "    def __init__(self, layer):\n"
@@ -222,6 +239,8 @@ class HookRemovedWhileNeeded(Rule):
         for reg, dest in kept:
             if not self._registered_once(ctx, dest.owner, dest.method):  # type: ignore[arg-type]
                 continue
+            if ctx.core.hook_removes_itself(reg) is not None:
+                continue  # a one-shot hook (a lazy initialiser) taking itself off: its removal is its purpose
             if any(method is not dest.method for method in stored_by[(id(dest.owner), dest.attr)]):  # type: ignore[index]
                 continue  # another method stores a new handle there: registered again on demand
             for removal in _removals(ctx, dest.owner, dest.attr):

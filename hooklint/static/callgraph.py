@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 6
+SUMMARY_FORMAT = 7
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -864,6 +864,9 @@ class Summarizer:
         module_hooks = hook_summary(self.model, self.inference)
         if module_hooks:  # module hooks registered on parameters, for callers in other files (HKL7xx)
             summary["module_hooks"] = module_hooks
+        self_removing = self.core.export_self_removing()
+        if self_removing:  # one-shot hook callables, for registrations in other files (HKL304, HKL306)
+            summary["self_removing"] = self_removing
         return summary
 
     def sites(self, facts: bool = False, eager_hooks: bool = False) -> list[list[Any]]:

@@ -57,7 +57,7 @@ class FileContext:
     def core(self) -> Core:
         """Control flow, places and function summaries (hooklint.static.core)."""
         core = Core(self.model, self.inference, hooks=self.hooks, summarizer=self.summarizer,
-                    external=self.project.external_facts)
+                    external=self.project.external_facts, self_removing=self.project.self_removing)
         self.summarizer.core = core
         self.inference._hl_core = core  # type: ignore[attr-defined]  # shared analysis asks this one
         return core

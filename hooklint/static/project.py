@@ -121,6 +121,8 @@ def _short(qual: str) -> str:
 # Questions about the hooks a function of another file registers on its arguments
 # (``ProjectView.hooks_of``) are keyed by this prefix and the callee's name.
 HOOKS_QUERY = "hooks:"
+# what a hook callable (a function, or a class's `__call__`) of another file removes when it runs
+SELF_REMOVING_QUERY = "selfrm:"
 # Wrapper names searched in the files the prefilter ruled out, at most.
 MAX_WRAPPER_NAMES = 32
 # Function names too common to search the project's files for (wrapper_names).
@@ -722,6 +724,21 @@ class ProjectIndex:
         positional = function[0] if function else []
         return [1 if bound else 0, positional, facts]
 
+    def self_removing(self, name: str) -> list[str] | None:
+        """What the hook callable ``name`` (a function, or a class: its
+        ``__call__``) removes of its own registration when it runs, from the
+        file that defines it (hooklint.static.core.self_removal); None when
+        nothing or not a callable of the project."""
+        qual = self.canonical(name)
+        if qual is None:
+            return None
+        for table in ("classes", "functions"):
+            module, local = self._split(qual, table)
+            if module is not None:
+                found = self.modules[module].get("self_removing", {}).get(local)
+                return list(found) if found else None
+        return None
+
     # ------------------------------------------------------------ names
     def names_for(self, quals: Iterable[tuple[str, frozenset[str]]]) -> set[str]:
         """Identifiers a file must contain to hold a call site that could
@@ -892,6 +909,19 @@ class ProjectView:
             if self._local is None:
                 self._local = self._local_factory()
             answer = self._local.hooks_of(callee)
+        self.asked[key] = answer
+        return answer
+
+    def self_removing(self, name: str) -> list[str] | None:
+        """What the hook callable ``name`` removes of its own registration when
+        it runs (:meth:`ProjectIndex.self_removing`); recorded like every question."""
+        key = SELF_REMOVING_QUERY + name
+        if key in self.answers:
+            answer = self.answers[key]
+        else:
+            if self._local is None:
+                self._local = self._local_factory()
+            answer = self._local.self_removing(name)
         self.asked[key] = answer
         return answer
 

@@ -69,8 +69,11 @@ class Core:
 
     def __init__(self, model: SemanticModel, inference: "Inference", *, hooks: "HookIndex | None" = None,
                  summarizer: "Summarizer | None" = None,
-                 external: Callable[[str], tuple[Facts, str, str, int, int, bool] | None] | None = None):
+                 external: Callable[[str], tuple[Facts, str, str, int, int, bool] | None] | None = None,
+                 self_removing: Callable[[str], list[str] | None] | None = None):
         self.model = model
+        # what a hook callable of another file removes when it runs (self_removal.py), by qualified name
+        self._self_removing_lookup = self_removing
         self.inference = inference
         if getattr(inference, "_hl_core", None) is None:
             inference._hl_core = self  # type: ignore[attr-defined]
@@ -225,6 +228,53 @@ class Core:
         from hooklint.static.callgraph import local_qualname
 
         return self.facts_of.export(local_qualname)
+
+    def export_self_removing(self) -> dict[str, list[str]]:
+        """The hook callables of this file that remove their own registration
+        when they run (self_removal.py), for the project index."""
+        from hooklint.static.callgraph import local_qualname
+        from hooklint.static.core.self_removal import export
+
+        return export(self, self.model.tree, local_qualname)
+
+    def hook_removes_itself(self, reg: "Registration") -> str | None:
+        """Does the hook of ``reg`` take its own registration off when it runs
+        (a one-shot hook)?  Words saying how, or None.  The hook may be a
+        function or method of this file, a closure removing the handle its
+        registering function bound, or a hook object whose class (here or in
+        another checked file) deletes itself from the module's hook dict in
+        ``__call__``."""
+        from hooklint.static.core.self_removal import DICT, marks_of
+
+        hook = reg.hook
+        marks: list[str] = []
+        name = ""
+        if hook is not None:
+            marks = marks_of(self, hook.node, hook.bound)
+            name = hook.name if hook.via != "__call__" or hook.owner is None else hook.owner.name
+        elif reg.hook_expr is not None and self._self_removing_lookup is not None and self.summarizer is not None:
+            expr = reg.hook_expr.func if isinstance(reg.hook_expr, ast.Call) else reg.hook_expr
+            qual = self.summarizer.absolute(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+            if qual is not None:
+                marks = list(self._self_removing_lookup(qual) or ())
+                name = qual.rpartition(".")[2]
+        if not marks:
+            return None
+        if DICT in marks:
+            return f"`{name}` deletes its own entry from the module's hook dict when it runs"
+        func = self.places.owner(reg.call)
+        fate = self.fate(reg.call, func)
+        if fate.startswith("at:s.") and fate[3:] in marks and hook is not None and hook.bound \
+                and isinstance(reg.hook_expr, ast.Attribute) and self.places.of(reg.hook_expr.value, func) == P.SELF:
+            return f"`{name}` removes its own handle, `self.{fate[5:]}`, when it runs"
+        parent = getattr(reg.call, "_hl_parent", None)
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name) \
+                and f"n:{parent.targets[0].id}" in marks and hook is not None and func is not None \
+                and _inside(hook.node, func) and not _in_loop(reg.call, func):
+            # one handle per call of ``func``: in a loop the name holds only the last one, and every
+            # registration's closure removes that one
+            return f"`{name}` removes its own handle, `{parent.targets[0].id}`, when it runs"
+        return None
 
     def relevant_calls(self) -> list[ast.Call]:
         """The calls of this file that can reach a function with a summary (a
@@ -1326,3 +1376,22 @@ def _calls_in_header(stmt: ast.AST) -> list[ast.Call]:
     # arguments are evaluated before the call that takes them
     out.sort(key=lambda c: (getattr(c, "end_lineno", 0), getattr(c, "end_col_offset", 0)))
     return out
+
+
+def _inside(node: ast.AST, scope: ast.AST) -> bool:
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None:
+        if cur is scope:
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
+
+
+def _in_loop(node: ast.AST, scope: ast.AST) -> bool:
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not scope:
+        if isinstance(cur, (ast.For, ast.AsyncFor, ast.While, ast.comprehension, ast.ListComp, ast.SetComp,
+                            ast.DictComp, ast.GeneratorExp)):
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False

@@ -172,11 +172,13 @@ class CFG:
             return False
         return not (exceptional and RAISE in seen)
 
-    def some_path_reaches(self, start: ast.AST, target: ast.AST) -> bool:
-        """Can ``target`` run after ``start`` (normal and exceptional edges)?
-        The search stops at the first node of ``target`` it meets."""
+    def some_path_reaches(self, start: ast.AST, target: ast.AST, *, exceptional: bool = True) -> bool:
+        """Can ``target`` run after ``start`` (normal and, unless
+        ``exceptional`` is false, exceptional edges)?  The search stops at the
+        first node of ``target`` it meets."""
         targets = set(self.nodes_of(target))
-        stack = [n for s in self.nodes_of(start) for n in self.nodes[s].succ + self.nodes[s].exc]
+        stack = [n for s in self.nodes_of(start)
+                 for n in self.nodes[s].succ + (self.nodes[s].exc if exceptional else [])]
         seen: set[int] = set()
         while stack:
             cur = stack.pop()
@@ -187,7 +189,8 @@ class CFG:
             seen.add(cur)
             node = self.nodes[cur]
             stack.extend(node.succ)
-            stack.extend(node.exc)
+            if exceptional:
+                stack.extend(node.exc)
         return False
 
     def statements_between(self, start: ast.AST, through: Iterable[ast.AST]) -> list[ast.AST]:
