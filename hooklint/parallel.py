@@ -643,14 +643,19 @@ class ProjectPass:
 
     def _answer(self, index: ProjectIndex, keys: set[str], wrappers: set[str], checked: int) -> None:
         self._search_for(index, keys, wrappers)
-        # Files the prefilter ruled out that call a wrapper of another file (a helper that registers hooks for
-        # its caller): the registrations are theirs, so they are checked, whatever their text.
+        # Files that call a wrapper of another file (a helper that registers hooks for its caller): the
+        # registrations are theirs, so they are checked by every rule, whatever their text.  That holds for a
+        # file the prefilter admitted too: its first check knew nothing of the wrappers, so the rules that
+        # follow a registration to its callers (HKL304: is the function called in a loop?) asked nothing then,
+        # and the callers they need are searched only after this check.
         users: list[CheckTask] = []
         for i, result in enumerate(self.results[:checked]):
-            if result.parsed or result.summary is None:
+            if result.summary is None:
                 continue
             key = EXTERNAL_KEY + result.summary["path"]
             answer = index.external_facts(result.summary["path"])
+            if result.parsed and result.asked is not None and result.asked.get(key) == answer:
+                continue  # checked with these very facts already (a cached result)
             if any(facts[0].get("regs") for facts in answer.values()):
                 self.unfiltered.add(i)
                 users.append((i, self.files[i], None, self.cache is not None, {key: answer}, True))

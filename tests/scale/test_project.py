@@ -4,6 +4,7 @@ sites in other files, files the prefilter rules out, and the results cache."""
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -351,3 +352,26 @@ def test_a_helper_re_exported_twice_is_found_along_its_modules_only(tmp_path, mo
     report, options = check(tmp_path, cache=False)
     assert [(f.path, f.location.row) for f in report.findings if f.code == "HKL701"] == [("train.py", 20)]
     assert options.extra["project_pass"]["summarized"] == 2  # the two __init__.py, not other*.py
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_wrappers_caller_the_prefilter_admits_keeps_its_cross_file_leaks(tmp_path, monkeypatch, jobs):
+    """A word some rule triggers on (`children` in a comment) must not change
+    what the file's calls through another file's wrapper are: the admitted
+    file's first check knew nothing of the wrapper, so it is checked again
+    with the wrapper's facts and its callers searched (the project fixture
+    `wrappers` lost both of its cross-file leaks that way)."""
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "projects" / "wrappers"
+    plain = tmp_path / "plain"
+    worded = tmp_path / "worded"
+    shutil.copytree(fixture, plain)
+    shutil.copytree(fixture, worded)
+    probes = worded / "tools" / "probes.py"
+    probes.write_text("# walks the model's children\n" + probes.read_text())
+    monkeypatch.chdir(plain)
+    before, _ = check(plain, jobs=jobs, cache=False)
+    monkeypatch.chdir(worded)
+    after, _ = check(worded, jobs=jobs, cache=False)
+    expected = [(path, row) for path, row, _ in leaks(before) if path.endswith("probes.py")]
+    assert len(expected) == 2
+    assert [(path, row - 1) for path, row, _ in leaks(after) if path.endswith("probes.py")] == expected
