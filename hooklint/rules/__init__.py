@@ -59,6 +59,7 @@ _RULE_MODULES = (
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.hook_replayed_without_kwargs",
+    "hooklint.rules.hook_override_drops_return",
 )
 
 
