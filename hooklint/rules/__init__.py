@@ -60,6 +60,7 @@ _RULE_MODULES = (
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.hook_replayed_without_kwargs",
     "hooklint.rules.hook_override_drops_return",
+    "hooklint.rules.hook_reads_positional_only",
 )
 
 
