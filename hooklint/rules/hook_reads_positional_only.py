@@ -172,7 +172,7 @@ class HookReadsPositionalOnly(Rule):
                 message=(f"{kind} `{hook.name}` {judged.text}, but it is registered without `with_kwargs=True` "
                          f"on {where} ({evidence}): PyTorch hands it only the positional arguments, so if the "
                          f"module is called with keyword arguments (`layer(hidden_states=x)`) the hook sees "
-                         f"`{args} == ()` and silently misreads the call"),
+                         f"`{args} == ()` (or a shorter tuple) and silently misreads the call"),
                 help="Register with `with_kwargs=True` (the hook then also takes `kwargs`, after `args`) and look "
                      "in the keyword arguments too.",
                 related=[Related("registered here", ctx.display_path, ctx.span(reg.call)[0])],

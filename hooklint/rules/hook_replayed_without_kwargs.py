@@ -115,14 +115,16 @@ class HookReplayedWithoutKwargs(Rule):
             if found.non_tuple_args is not None:
                 extra = (f"; and it passes `{found.non_tuple_args}` where PyTorch always passes the positional "
                          f"arguments as a tuple")
+            call, source = short_source(found.call, width=50), short_source(found.source, width=50)
+            output = ", output" if arity == 3 else ""
             yield self.finding(
                 ctx, found.call,
-                message=(f"`{short_source(found.call, width=50)}` calls a {found.kind} read from "
-                         f"`{short_source(found.source, width=50)}` by hand, the same way for every hook, and nothing here "
+                message=(f"`{call}` calls a {found.kind} read from `{source}` by hand, the same way for every "
+                         f"hook, and nothing here "
                          f"consults `{found.with_kwargs_set}`: PyTorch calls a {found.kind} registered with "
                          f"`with_kwargs=True` with {arity_kwargs} arguments (`kwargs` after `args`) instead of "
                          f"{arity}, so such a hook gets the wrong arguments or fails{extra}"),
-                help=(f"Call the hooks as `nn.Module.__call__` does: `hook(module, args, kwargs{', output' if arity == 3 else ''})` "
-                      f"when the hook's id is in `module.{found.with_kwargs_set}`, else "
-                      f"`hook(module, args{', output' if arity == 3 else ''})`, with `args` a tuple."),
+                help=(f"Call the hooks as `nn.Module.__call__` does: `hook(module, args, kwargs{output})` when the "
+                      f"hook's id is in `module.{found.with_kwargs_set}`, else `hook(module, args{output})`, with "
+                      f"`args` a tuple."),
             )

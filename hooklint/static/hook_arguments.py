@@ -108,7 +108,8 @@ def _exits_unless_type(block_owner: ast.AST, child: ast.AST, name: str) -> bool:
                     and isinstance(earlier.body[-1], (ast.Return, ast.Continue, ast.Raise))):
                 continue
             test = earlier.test
-            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and _tests_type(test.operand, name, top=test):
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) \
+                    and _tests_type(test.operand, name, top=test):
                 return True
     return False
 

@@ -158,7 +158,6 @@ def _given_key(key: ast.AST) -> bool:
     return isinstance(key, (ast.Name, ast.Attribute, ast.JoinedStr, ast.BinOp))
 
 
-
 def own_class_takes_kwargs(tree: ast.Module, registration: ast.AST) -> str | None:
     """For a registration on ``self``: a ``forward`` of the class holding it, or
     of one of its subclasses in the file, that takes ``**kwargs``, in words."""
