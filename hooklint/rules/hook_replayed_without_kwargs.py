@@ -7,7 +7,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.hook_replay import HOOK_DICTS, replayed_hooks
+from hooklint.static.hook_replay import HOOK_DICTS, dict_name, replayed_hooks
 from hooklint.static.semantic import short_source
 
 
@@ -72,7 +72,7 @@ class HookReplayedWithoutKwargs(Rule):
     name = "hook-replayed-without-kwargs"
     summary = "Forward hooks taken from a module's hook dict and called by hand, ignoring `with_kwargs`"
     severity = Severity.WARNING
-    triggers = ("_forward_pre_hooks", "_forward_hooks")
+    triggers = ("_forward_pre_hooks", "_forward_hooks")  # `_global_forward_hooks` contains the second
     VALID: ClassVar[tuple[str, ...]] = (
         # consults the with_kwargs set, as nn.Module does
         "def replay(module, args, kwargs):\n"
@@ -110,7 +110,7 @@ class HookReplayedWithoutKwargs(Rule):
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         for found in replayed_hooks(ctx.tree):
-            _, _, arity, arity_kwargs = HOOK_DICTS[found.source.attr]
+            _, _, arity, arity_kwargs = HOOK_DICTS[dict_name(found.source)]
             extra = ""
             if found.non_tuple_args is not None:
                 extra = (f"; and it passes `{found.non_tuple_args}` where PyTorch always passes the positional "

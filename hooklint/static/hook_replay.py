@@ -27,6 +27,8 @@ from hooklint.static.semantic import FunctionNode
 HOOK_DICTS = {
     "_forward_pre_hooks": ("forward pre-hook", "_forward_pre_hooks_with_kwargs", 2, 3),
     "_forward_hooks": ("forward hook", "_forward_hooks_with_kwargs", 3, 4),
+    # `register_module_forward_hook(hook, with_kwargs=True)`: the global hooks have the same choice
+    "_global_forward_hooks": ("global forward hook", "_global_forward_hooks_with_kwargs", 3, 4),
 }
 _WITH_KWARGS_WORDS = ("_with_kwargs", "with_kwargs")
 
@@ -34,7 +36,7 @@ _WITH_KWARGS_WORDS = ("_with_kwargs", "with_kwargs")
 @dataclass(frozen=True)
 class ReplayedHook:
     call: ast.Call  # the hand-made call of a hook
-    source: ast.Attribute  # `submodule._forward_pre_hooks`, where the hook was read
+    source: ast.AST  # `submodule._forward_pre_hooks`, where the hook was read
     kind: str  # "forward pre-hook" / "forward hook"
     with_kwargs_set: str  # the set torch consults
     non_tuple_args: str | None  # the second argument when it cannot be the tuple torch passes (`None`)
@@ -73,6 +75,28 @@ def _mentions_with_kwargs(scope: ast.AST) -> bool:
     return False
 
 
+def _hook_dict(expr: ast.AST) -> ast.AST | None:
+    """``m._forward_hooks``, ``getattr(m, "_forward_hooks")``, or the global
+    ``_global_forward_hooks`` imported by name: the node naming the dict."""
+    if isinstance(expr, ast.Attribute) and expr.attr in HOOK_DICTS:
+        return expr
+    if isinstance(expr, ast.Name) and expr.id == "_global_forward_hooks":
+        return expr
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" \
+            and len(expr.args) >= 2 and isinstance(expr.args[1], ast.Constant) and expr.args[1].value in HOOK_DICTS:
+        return expr
+    return None
+
+
+def dict_name(node: ast.AST) -> str:
+    """Which hook dict ``node`` (from :func:`_hook_dict`) names."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.args[1].value  # type: ignore[attr-defined]
+
+
 def _mentions(expr: ast.AST, key: str) -> bool:
     return any(_key(node) == key for node in ast.walk(expr))
 
@@ -92,10 +116,10 @@ class _Replay:
     def __init__(self, scope: ast.AST):
         self.scope = scope
         # key -> (source attribute, position in a tuple element or None for the hook itself)
-        self.hooks: dict[str, ast.Attribute] = {}
-        self.containers: dict[str, tuple[ast.Attribute, int | None]] = {}
+        self.hooks: dict[str, ast.AST] = {}
+        self.containers: dict[str, tuple[ast.AST, int | None]] = {}
         # a loop binds its own names: `for hook in pre.values()` and a later `for hook in post.values()`
-        self.loop_hooks: dict[int, dict[str, ast.Attribute]] = {}
+        self.loop_hooks: dict[int, dict[str, ast.AST]] = {}
         self.parents: dict[int, ast.AST] = {}
         for node in ast.walk(scope):
             for child in ast.iter_child_nodes(node):
@@ -107,7 +131,7 @@ class _Replay:
             if (len(self.hooks), len(self.containers)) == before:
                 break
 
-    def _source(self, expr: ast.AST) -> tuple[ast.Attribute, int | None] | None:
+    def _source(self, expr: ast.AST) -> tuple[ast.AST, int | None] | None:
         """What iterating ``expr`` yields: hooks (position None) or tuples holding
         a hook at a position, read from a hook dict."""
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("list", "tuple",
@@ -118,7 +142,8 @@ class _Replay:
             method, owner = expr.func.attr, expr.func.value
             if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Attribute) and owner.func.attr == "copy":
                 owner = owner.func.value
-            if isinstance(owner, ast.Attribute) and owner.attr in HOOK_DICTS:
+            owner = _hook_dict(owner)
+            if owner is not None:
                 if method == "values":
                     return owner, None
                 if method == "items":
@@ -128,7 +153,7 @@ class _Replay:
             return self.containers[key]
         return None
 
-    def _bind_target(self, loop: ast.AST, target: ast.AST, found: tuple[ast.Attribute, int | None]) -> None:
+    def _bind_target(self, loop: ast.AST, target: ast.AST, found: tuple[ast.AST, int | None]) -> None:
         source, position = found
         key = None
         if position is None:
@@ -139,7 +164,7 @@ class _Replay:
             self.hooks[key] = source
             self.loop_hooks.setdefault(id(loop), {})[key] = source
 
-    def _element(self, value: ast.AST) -> tuple[ast.Attribute, int | None] | None:
+    def _element(self, value: ast.AST) -> tuple[ast.AST, int | None] | None:
         """An element put in a container: a hook, or a tuple holding one."""
         key = _key(value)
         if key is not None and key in self.hooks:
@@ -166,9 +191,8 @@ class _Replay:
                 element = self._element(value.elt)
                 if element is not None:
                     self.containers[key] = element
-            elif isinstance(value, ast.Subscript) and isinstance(value.value, ast.Attribute) \
-                    and value.value.attr in HOOK_DICTS:
-                self.hooks[key] = value.value
+            elif isinstance(value, ast.Subscript) and _hook_dict(value.value) is not None:
+                self.hooks[key] = _hook_dict(value.value)
             else:
                 found = self._source(value)
                 if found is not None and isinstance(value, ast.Call):
@@ -186,7 +210,7 @@ class _Replay:
                 if found is not None:
                     self.containers.setdefault(key, found)
 
-    def _reaching(self, node: ast.AST, key: str) -> ast.Attribute:
+    def _reaching(self, node: ast.AST, key: str) -> ast.AST:
         """The source of the loop around ``node`` that binds ``key``, else the last one learned."""
         cur = self.parents.get(id(node))
         while cur is not None:
@@ -228,7 +252,7 @@ class _Replay:
             if self._filtered(node, key):
                 continue  # the code picks the hooks it calls (`assert inspect.getmodule(hook) == ddp`)
             source = self._reaching(node, key)
-            kind, with_kwargs_set, _, _ = HOOK_DICTS[source.attr]
+            kind, with_kwargs_set, _, _ = HOOK_DICTS[dict_name(source)]
             second = node.args[1] if len(node.args) > 1 else None
             non_tuple = ast.unparse(second) if isinstance(second, (ast.Constant, ast.Dict, ast.DictComp)) \
                 and not (isinstance(second, ast.Constant) and isinstance(second.value, tuple)) else None

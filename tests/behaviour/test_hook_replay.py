@@ -68,3 +68,20 @@ def test_the_good_twin_calls_each_hook_as_torch_does(replays):
     plain[0].register_forward_pre_hook(lambda module, args: calls.append(("only", len(args))))
     replays["run_pre_hooks"](plain, (torch.randn(1, 2),))
     assert calls[-1] == ("only", 1)
+
+
+def test_module_and_global_forward_hooks_with_kwargs_break_the_same_way(replays):
+    layer = nn.Linear(2, 2)
+    x = torch.randn(1, 2)
+    out = layer(x)
+    # a module hook and a global hook without kwargs replay fine
+    handle = layer.register_forward_hook(lambda m, args, output: output * 2)
+    assert torch.equal(replays["replay_output_hooks"](layer, (x,), out), out * 2)
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_hook(lambda m, args, kwargs, output: None, with_kwargs=True)
+    try:
+        with pytest.raises(TypeError, match="missing 1 required positional argument: 'output'"):
+            replays["replay_output_hooks"](layer, (x,), out)
+        layer(x)  # torch itself calls it with the keyword arguments
+    finally:
+        handle.remove()
