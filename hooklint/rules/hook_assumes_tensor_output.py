@@ -21,7 +21,11 @@ class HookAssumesTensorOutput(Rule):
     `named_children()`) whose body reads tensor attributes of `output`
     (`output.shape`, `.size()`, `.dtype`, `.numel()`, `.detach()`...) or of
     `input[0]`, without ever testing what they are (`isinstance`,
-    `torch.is_tensor`, `hasattr`, `len`, `is None`).
+    `torch.is_tensor`, `hasattr`, `len`, `is None`).  A body whose only
+    test is `isinstance(output, (tuple, list))` is reported where it reads
+    `output[0].size()` in that branch without testing the element, or
+    `output.size()` in the other branch (a dict, `ModelOutput` or None gets
+    there).
 
     ## Why is this bad?
     A hook on every module is called with every module's real output: a
@@ -37,7 +41,8 @@ class HookAssumesTensorOutput(Rule):
 
     ## Known problems
     Hooks chosen per module type (a table of handlers keyed by `type(m)`,
-    an `isinstance` filter before the registration) know their modules and
+    an `isinstance` filter around the registration, or an early
+    `if not isinstance(m, kinds): return` before it) know their modules and
     are not reported; neither are hooks on one module the caller names
     (`target_layer`), whose caller chooses a suitable layer.  Uses inside
     helpers the hook calls are not followed.  The severity is *warning*:
@@ -108,6 +113,24 @@ class HookAssumesTensorOutput(Rule):
         "    for m in model.modules():\n"
         "        if isinstance(m, nn.Conv2d):\n"
         "            m.register_forward_hook(hook)\n",
+        # an early exit leaves only the types it knows
+        "import torch.nn as nn\n"
+        "def attach(module, store):\n"
+        "    if not isinstance(module, (nn.ReLU, nn.Sigmoid)):\n"
+        "        return\n"
+        "    module.register_forward_hook(lambda m, i, o: store.append(o.shape))\n"
+        "def watch(model, store):\n"
+        "    model.apply(lambda m: attach(m, store))\n",
+        # the element's failure is handled
+        "def watch(model, store):\n"
+        "    def hook(module, inputs, output):\n"
+        "        if isinstance(output, (tuple, list)):\n"
+        "            try:\n"
+        "                store.append(output[0].size())\n"
+        "            except AttributeError:\n"
+        "                store.append(output[0].data.size())\n"
+        "    for m in model.modules():\n"
+        "        m.register_forward_hook(hook)\n",
         # one layer the caller names
         "def watch(target_layer, store):\n"
         "    def hook(module, inputs, output):\n"
@@ -133,6 +156,17 @@ class HookAssumesTensorOutput(Rule):
             "        store.append(inputs[0].dtype)  # HKL406\n"
             "    model.apply(lambda m: m.register_forward_pre_hook(pre))\n"
         ),
+        Invalid(
+            "def watch(model, store):\n"
+            "    def hook(module, inputs, output):\n"
+            "        if isinstance(output, (tuple, list)):\n"
+            "            store.append(output[0].size())  # HKL406\n"
+            "        else:\n"
+            "            store.append(output.size())  # HKL406\n"
+            "    for m in model.modules():\n"
+            "        if not m._modules:\n"
+            "            m.register_forward_hook(hook)\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -152,7 +186,16 @@ class HookAssumesTensorOutput(Rule):
             inputs = reg.param("args") if reg.with_kwargs else reg.param("input")
             for found in tensor_assumptions(hook.node, output, inputs):
                 seen.add(id(hook.node))
-                if found.role == "output":
+                if found.role == "output-element":
+                    what = (f"reads {found.text} of an element of a tuple output without testing it, but the "
+                            f"elements need not be tensors (a `PackedSequence` from an RNN fed packed input, "
+                            f"a nested tuple, None)")
+                    error = "AttributeError: ... object has no attribute ..."
+                elif found.role == "output-past-sequence-test":
+                    what = (f"reads {found.text} where the output is not a tuple or list, but a module's output "
+                            f"can also be a dict or `ModelOutput`, or None")
+                    error = "AttributeError: ... object has no attribute ..."
+                elif found.role == "output":
                     what = (f"reads {found.text} of the module's output, but a module's output can be a tuple "
                             f"(`nn.LSTM`, `nn.MultiheadAttention`), a dict or `ModelOutput`, or None")
                     error = "AttributeError: 'tuple' object has no attribute ..."

@@ -78,6 +78,8 @@ def _type_filtered(call: ast.AST, receiver: ast.AST) -> bool:
         return False
     cur, child = getattr(call, "_hl_parent", None), call
     while cur is not None and not isinstance(cur, FunctionNode):
+        if _exits_unless_type(cur, child, receiver.id):
+            return True
         tests = []
         if isinstance(cur, (ast.If, ast.IfExp)) and child is not cur.test:
             tests.append(cur.test)
@@ -88,17 +90,39 @@ def _type_filtered(call: ast.AST, receiver: ast.AST) -> bool:
         if any(_tests_type(t, receiver.id) for t in tests):
             return True
         child, cur = cur, getattr(cur, "_hl_parent", None)
+    return cur is not None and _exits_unless_type(cur, child, receiver.id)
+
+
+def _exits_unless_type(block_owner: ast.AST, child: ast.AST, name: str) -> bool:
+    """An earlier statement of the block that holds ``child`` leaves unless the
+    module has some types: ``if not isinstance(m, kinds): return`` (or
+    ``continue``, ``raise``), so the rest of the block only sees ``kinds``.
+    ``if isinstance(m, nn.Sequential): return`` only excludes a type and
+    does not count."""
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(block_owner, field, None)
+        if not isinstance(block, list) or child not in block:
+            continue
+        for earlier in block[:block.index(child)]:
+            if not (isinstance(earlier, ast.If) and not earlier.orelse and earlier.body
+                    and isinstance(earlier.body[-1], (ast.Return, ast.Continue, ast.Raise))):
+                continue
+            test = earlier.test
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) \
+                    and _tests_type(test.operand, name, top=test):
+                return True
     return False
 
 
-def _tests_type(test: ast.AST, name: str) -> bool:
+def _tests_type(test: ast.AST, name: str, top: ast.AST | None = None) -> bool:
     """A test that admits only some types (``not isinstance(m, nn.Sequential)``
-    only excludes containers: the other modules are still anything)."""
+    only excludes containers: the other modules are still anything).  ``top``
+    is a negation the caller has already accounted for."""
     for node in ast.walk(test):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "type") \
                 and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == name:
             parent = getattr(node, "_hl_parent", None)
-            if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+            if parent is not top and isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
                 continue
             return True
         if isinstance(node, ast.Attribute) and node.attr in ("__class__", "__name__") \
@@ -177,7 +201,12 @@ def tensor_assumptions(hook: ast.AST, output: str | None, inputs: str | None) ->
     when the body never tests what they are."""
     out: list[TensorAssumption] = []
     for name, role in ((output, "output"), (inputs, "input")):
-        if name is None or _tested(hook, name) or _rebound(hook, name):
+        if name is None or _rebound(hook, name):
+            continue
+        if _tested(hook, name):
+            if role == "output":
+                partial = _past_sequence_test(hook, name)
+                out.extend({found.role: found for found in reversed(partial)}.values())  # the first of each role
             continue
         for node in executed_nodes(hook):
             if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
@@ -217,6 +246,82 @@ def _tested(hook: ast.AST, name: str) -> bool:
         if isinstance(node, ast.Try):
             return True
     return False
+
+
+# Types a test can admit that leave a module's other outputs (dicts, `ModelOutput`, None) in its negative branch.
+_SEQUENCE_TYPES = frozenset({"tuple", "list", "Sequence", "MutableSequence"})
+_CATCHES = frozenset({"AttributeError", "Exception", "BaseException", "TypeError"})
+
+
+def _past_sequence_test(hook: ast.AST, name: str) -> list[TensorAssumption]:
+    """Uses of ``name`` as a tensor in the branch where the body's only test of
+    it, ``isinstance(name, (tuple, list))``, failed: ``if isinstance(out,
+    (list, tuple)): ... else: out.size()`` still gets a dict, a ``ModelOutput``
+    or None there.  Nothing when the body tests the value any other way."""
+    sequence_tests = []
+    for node in executed_nodes(hook):
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == name for a in node.args):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called == "isinstance" and len(node.args) == 2 and _is_name(node.args[0], name) \
+                    and _type_names(node.args[1]) and _type_names(node.args[1]) <= _SEQUENCE_TYPES:
+                sequence_tests.append(node)
+            elif called in _STRUCTURE_TESTS or called == "len":
+                return []
+        if isinstance(node, ast.Compare) and any(
+                isinstance(n, ast.Name) and n.id == name for n in [node.left, *node.comparators]):
+            return []
+    out: list[TensorAssumption] = []
+    for test in sequence_tests:
+        branch = getattr(test, "_hl_parent", None)
+        if not isinstance(branch, ast.If) or branch.test is not test:
+            continue
+        for stmt in branch.body:
+            for node in ast.walk(stmt):
+                # `out[0].size()`: an element of a tuple output (`nn.LSTM`'s `(h, c)`, a `PackedSequence`)
+                if isinstance(node, ast.Attribute) and node.attr in TENSOR_ONLY \
+                        and isinstance(node.value, ast.Subscript) and _is_name(node.value.value, name) \
+                        and _index_constant(node.value.slice) and not _caught(node, hook):
+                    out.append(TensorAssumption(node, "output-element", f"`{ast.unparse(node)}`"))
+        for stmt in branch.orelse:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Attribute) and node.attr in TENSOR_ONLY and _is_name(node.value, name) \
+                        and not _caught(node, hook):
+                    out.append(TensorAssumption(node, "output-past-sequence-test", f"`{ast.unparse(node)}`"))
+    return out
+
+
+def _index_constant(index: ast.AST) -> bool:
+    return isinstance(index, ast.Constant) and isinstance(index.value, int) and not isinstance(index.value, bool)
+
+
+def _type_names(spec: ast.AST) -> set[str]:
+    elts = spec.elts if isinstance(spec, ast.Tuple) else [spec]
+    names = set()
+    for elt in elts:
+        if isinstance(elt, ast.Name):
+            names.add(elt.id)
+        elif isinstance(elt, ast.Attribute):
+            names.add(elt.attr)
+        else:
+            return set()
+    return names
+
+
+def _caught(node: ast.AST, stop: ast.AST) -> bool:
+    child, cur = node, getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not stop:
+        if isinstance(cur, ast.ExceptHandler):
+            return True  # the fallback of a `try` that already failed on the value
+        if isinstance(cur, ast.Try) and child in cur.body and any(
+                h.type is None or _type_names(h.type) & _CATCHES for h in cur.handlers):
+            return True
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    return False
+
+
+def _is_name(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 def _rebound(hook: ast.AST, name: str) -> bool:

@@ -76,6 +76,54 @@ def test_tensor_only_models_and_type_filtered_hooks_work(summaries):
     assert summaries["conv_output_shapes"](Tagger(), torch.randn(2, 5, 4)) == []  # the LSTM is not hooked
 
 
+class PackedTagger(nn.Module):
+    """An LSTM fed a PackedSequence returns `(PackedSequence, (h, c))`."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(4, 8, batch_first=True)
+
+    def forward(self, x):
+        packed = nn.utils.rnn.pack_padded_sequence(x, [x.shape[1]] * x.shape[0], batch_first=True)
+        out, _ = self.rnn(packed)
+        return nn.utils.rnn.pad_packed_sequence(out, batch_first=True)[0]
+
+
+class DictBlock(nn.Module):
+    """A leaf module returning a dict (as `ModelOutput`-returning blocks do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        return {"hidden": x @ self.weight}
+
+
+def _leaf_shapes(summaries, model, x):
+    recorder = summaries["LeafShapes"](model)
+    try:
+        model(x)
+    finally:
+        recorder.close()
+    return recorder.shapes
+
+
+def test_a_tuple_test_leaves_dicts_and_packed_elements_unhandled(summaries):
+    with pytest.raises(AttributeError, match="'PackedSequence' object has no attribute 'shape'"):
+        _leaf_shapes(summaries, PackedTagger(), torch.randn(2, 5, 4))
+    with pytest.raises(AttributeError, match="'dict' object has no attribute 'shape'"):
+        _leaf_shapes(summaries, DictBlock(), torch.randn(2, 4))
+    # tensor-only models pass, and the good twin handles the packed element
+    assert _leaf_shapes(summaries, nn.Sequential(nn.Linear(4, 3), nn.ReLU()), torch.randn(2, 4)) == [[2, 3], [2, 3]]
+    assert [10, 8] in summaries["packed_aware_shapes"](PackedTagger(), torch.randn(2, 5, 4))
+
+
+def test_an_early_type_exit_hooks_only_the_known_layers(summaries):
+    assert summaries["activation_shapes"](Tagger(), torch.randn(2, 5, 4)) == []  # no activation: nothing hooked
+    assert summaries["activation_shapes"](nn.Sequential(nn.Linear(4, 3), nn.Tanh()), torch.randn(2, 4)) == [(2, 3)]
+
+
 # --------------------------------------------------------------------- HKL407
 
 

@@ -186,7 +186,7 @@ class Places:
         if isinstance(expr, ast.Attribute):
             return attribute(self.of(expr.value, func, depth + 1), expr.attr)
         if isinstance(expr, ast.Subscript):
-            inner = expr.value
+            inner = self._copied_by_name(expr.value)
             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and len(inner.args) == 1 \
                     and not inner.keywords and inner.func.id in ("dict", "list", "tuple") and self._builtin(inner.func):
                 # `dict(model.named_modules())[name]`, `list(model.children())[-1]`: an item of what it copied
@@ -216,6 +216,18 @@ class Places:
             return NEW
         found = self.returned_by_call(call, func)
         return found if found is not None else UNKNOWN
+
+    def _copied_by_name(self, value: ast.AST) -> ast.AST:
+        """``table`` bound once to ``dict(model.named_modules())`` (or a ``list`` /
+        ``tuple`` copy) stands for that call when subscripted, as the inline
+        spelling does."""
+        if isinstance(value, ast.Name) and hasattr(value, "_hl_scope"):
+            bindings = self.model.bindings_at(value)
+            if len(bindings) == 1 and bindings[0].kind == "assign" and not bindings[0].path \
+                    and isinstance(bindings[0].value, ast.Call) and isinstance(bindings[0].value.func, ast.Name) \
+                    and bindings[0].value.func.id in ("dict", "list", "tuple"):
+                return bindings[0].value
+        return value
 
     def _builtin(self, name: ast.Name) -> bool:
         return not hasattr(name, "_hl_scope") or self.model.qualify(name) == f"builtins.{name.id}"
