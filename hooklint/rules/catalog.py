@@ -403,7 +403,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('forward',),
-  '\\.forward[ \\t]*\\(',
+  '(?<![\\w.])[A-Za-z_]\\w*\\.forward[ \\t]*\\(',
   True),
  ('HKL323',
   'instance-forward-closure',

@@ -103,7 +103,8 @@ class HelperBypassesOwnHooks(Rule):
     summary = "a module's method returns `self.forward(...)` while the module is also called: hooks fire on one path only"
     severity = Severity.WARNING
     triggers = ("forward",)
-    trigger_pattern = r"\.forward[ \t]*\("
+    # the helper returns `<its first parameter>.forward(...)`: a call on a bare name, not on `self.layer`
+    trigger_pattern = r"(?<![\w.])[A-Za-z_]\w*\.forward[ \t]*\("
     VALID: ClassVar[tuple[str, ...]] = (
         # no sign that the module is ever called as a module (transformers' Gemma3n AltUp)
         "import torch.nn as nn\n"

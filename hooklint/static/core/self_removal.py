@@ -123,19 +123,25 @@ def export(core: "Core", tree: ast.AST, qualname: Callable[[ast.AST], str | None
     out: dict[str, list[str]] = {}
     candidates: dict[int, ast.AST] = {}
     for call in model.method_calls.get("remove", ()):
-        owner = core.places.owner(call)
+        # a handle's remove() takes no argument (`list.remove(x)` takes one)
+        owner = core.places.owner(call) if not call.args and not call.keywords else None
         if isinstance(owner, FunctionNode):
             candidates[id(owner)] = owner
-    for name in _DROPPING:
-        for call in model.method_calls.get(name, ()):
-            owner = core.places.owner(call)
-            if isinstance(owner, FunctionNode):
-                candidates[id(owner)] = owner
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Delete) and any(isinstance(t, ast.Subscript) for t in node.targets):
-            owner = core.places.owner(node)
-            if isinstance(owner, FunctionNode):
-                candidates[id(owner)] = owner
+    # deleting from a hook dict needs the dict named as an attribute (`mod._forward_pre_hooks`), directly or
+    # through a local alias of it: a file that names none (most files; `dict.pop` is everywhere) has no such
+    # deletion, and its `pop` calls and `del` statements need no function summary
+    nodes = model._visited or list(ast.walk(tree))
+    if any(isinstance(node, ast.Attribute) and node.attr in _ALL_HOOK_DICTS for node in nodes):
+        for name in _DROPPING:
+            for call in model.method_calls.get(name, ()):
+                owner = core.places.owner(call)
+                if isinstance(owner, FunctionNode):
+                    candidates[id(owner)] = owner
+        for node in nodes:
+            if isinstance(node, ast.Delete) and any(isinstance(t, ast.Subscript) for t in node.targets):
+                owner = core.places.owner(node)
+                if isinstance(owner, FunctionNode):
+                    candidates[id(owner)] = owner
     for func in sorted(candidates.values(), key=lambda f: (f.lineno, f.col_offset)):
         cls = model.enclosing_class(func)
         method = cls is not None and func in cls.methods.values()
