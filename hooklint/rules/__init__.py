@@ -58,6 +58,8 @@ _RULE_MODULES = (
     "hooklint.rules.hook_per_parent_on_shared_module",
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
+    "hooklint.rules.function_backward_ignores_grad_output",
+    "hooklint.rules.function_grad_is_tuple",
 )
 
 
