@@ -60,6 +60,7 @@ _RULE_MODULES = (
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.function_backward_ignores_grad_output",
     "hooklint.rules.function_grad_is_tuple",
+    "hooklint.rules.function_saved_subset_misindexed",
 )
 
 

@@ -398,3 +398,125 @@ def _display_arity(func: ast.AST) -> int | None:
         return None
     n = sizes.pop()
     return n if n >= 2 else None
+
+
+# ------------------------------------------------ saved tensors compacted by a filter
+
+@dataclass
+class CompactedSave:
+    """``forward`` saves a filtered subset of a sequence first (``save_for_backward(*kept, ...)`` with
+    ``kept = [t for i, t in ... if mask[i]]``): positions in ``ctx.saved_tensors`` are not positions in
+    the full sequence."""
+
+    call: ast.Call  # the save_for_backward call
+    kept: str  # the name of the filtered sequence
+    masks: set[str]  # ctx attributes holding a full-length mask the filter reads (plus needs_input_grad)
+
+
+def _filtered_comprehension(expr: ast.AST | None) -> ast.comprehension | None:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("tuple", "list") \
+            and len(expr.args) == 1:
+        expr = expr.args[0]
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)) and len(expr.generators) == 1 and expr.generators[0].ifs:
+        return expr.generators[0]
+    return None
+
+
+def compacted_save(info: ClassInfo, model: SemanticModel) -> CompactedSave | None:
+    forward = info.method("forward")
+    if forward is None or info.method("setup_context") is not None:
+        return None
+    params = positional_params(forward)
+    if not params:
+        return None
+    ctx_name = params[0]
+    for node in ast.walk(forward):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "save_for_backward" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == ctx_name and node.args):
+            continue
+        first = node.args[0]
+        if not isinstance(first, ast.Starred):
+            continue
+        if isinstance(first.value, ast.Name):
+            comp = next((c for b in model.bindings_at(first.value)
+                         if (c := _filtered_comprehension(bound_value(b))) is not None), None)
+            kept = first.value.id
+        else:
+            comp, kept = _filtered_comprehension(first.value), "the filtered inputs"
+        if comp is None:
+            continue
+        mask_names = {n.value.id for cond in comp.ifs for n in ast.walk(cond)
+                      if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)}
+        masks = {"needs_input_grad"}
+        for stmt in ast.walk(forward):
+            if not isinstance(stmt, ast.Assign):
+                continue
+            for target in stmt.targets:
+                pairs = zip(target.elts, stmt.value.elts) if isinstance(target, ast.Tuple) and isinstance(
+                    stmt.value, ast.Tuple) and len(target.elts) == len(stmt.value.elts) else [(target, stmt.value)]
+                for t, v in pairs:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == ctx_name \
+                            and isinstance(v, ast.Name) and v.id in mask_names:
+                        masks.add(t.attr)
+        return CompactedSave(node, kept, masks)
+    return None
+
+
+def misaligned_subscripts(backward: ast.AST, ctx_name: str, masks: set[str],
+                          model: SemanticModel) -> list[tuple[ast.Subscript, str]]:
+    """Subscripts ``seq[i]`` in ``backward`` where ``seq`` holds the compacted saved tensors (or the
+    gradients ``torch.autograd.grad`` returns for them: one per element) and ``i`` runs over a
+    full-length mask (``range(len(ctx.mask))``, ``enumerate(ctx.needs_input_grad)``)."""
+
+    def is_mask(expr: ast.AST) -> bool:
+        return isinstance(expr, ast.Attribute) and expr.attr in masks and isinstance(expr.value, ast.Name) \
+            and expr.value.id == ctx_name
+
+    def compacted_expr(expr: ast.AST | None, depth: int = 0) -> bool:
+        if expr is None or depth > 4:
+            return False
+        if isinstance(expr, ast.Attribute) and expr.attr in ("saved_tensors", "saved_variables"):
+            return True
+        if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice) \
+                and (expr.slice.lower is None or (isinstance(expr.slice.lower, ast.Constant)
+                                                  and expr.slice.lower.value == 0)):
+            return compacted_expr(expr.value, depth + 1)  # a prefix keeps the positions
+        if isinstance(expr, ast.Call) and model.qualify(expr.func) == "torch.autograd.grad" and len(expr.args) > 1:
+            return compacted_expr(expr.args[1], depth + 1)
+        if isinstance(expr, ast.Name):
+            bindings = model.bindings_at(expr)
+            return bool(bindings) and all(starred_prefix(b, expr.id) or (
+                (v := bound_value(b)) is not None and compacted_expr(v, depth + 1)) for b in bindings)
+        return False
+
+    def starred_prefix(binding, name: str) -> bool:
+        """``*kept, out = <compacted>``: ``kept`` is a prefix of it."""
+        node = binding.node
+        if binding.kind != "assign" or not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            return False
+        target = node.targets[0]
+        return isinstance(target, (ast.Tuple, ast.List)) and bool(target.elts) \
+            and isinstance(target.elts[0], ast.Starred) and isinstance(target.elts[0].value, ast.Name) \
+            and target.elts[0].value.id == name and compacted_expr(node.value, 1)
+
+    index_vars: set[str] = set()
+    for node in ast.walk(backward):
+        if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Call):
+            it = node.iter
+            func = model.qualify(it.func)
+            if func == "builtins.range" and len(it.args) == 1 and isinstance(it.args[0], ast.Call) \
+                    and model.qualify(it.args[0].func) == "builtins.len" and it.args[0].args \
+                    and is_mask(it.args[0].args[0]) and isinstance(node.target, ast.Name):
+                index_vars.add(node.target.id)
+            elif func == "builtins.enumerate" and it.args and is_mask(it.args[0]) \
+                    and isinstance(node.target, ast.Tuple) and isinstance(node.target.elts[0], ast.Name):
+                index_vars.add(node.target.elts[0].id)
+    out = []
+    if not index_vars:
+        return out
+    for node in ast.walk(backward):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name) and node.slice.id in index_vars \
+                and isinstance(node.value, ast.Name) and compacted_expr(node.value):
+            out.append((node, node.value.id))
+    return out

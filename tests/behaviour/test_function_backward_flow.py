@@ -125,3 +125,32 @@ def test_halves_as_one_slot_raise(nested):
         nested["Halves"].apply(a, b).sum().backward()
     nested["HalvesFixed"].apply(a, b).sum().backward()
     assert torch.equal(a.grad, torch.ones(2)) and torch.equal(b.grad, torch.ones(2))
+
+
+HKL508_FIXTURE = FIXTURES / "rules" / "hkl508_function_saved_subset_misindexed.py"
+
+
+def test_compacted_saves_pair_inputs_with_the_wrong_tensor():
+    ns = runpy.run_path(str(HKL508_FIXTURE))
+    const = torch.tensor([1.0, 2.0, 3.0])  # an earlier input that needs no grad
+    x = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+
+    def mul(a, b):
+        return a * b
+
+    ns["InputTimesGradFixed"].apply(mul, const, x).sum().backward()
+    assert torch.equal(x.grad, const * x.detach())  # relevance of x: d(out)/dx * x
+    x.grad = None
+    # the buggy one looks up position 1 of a one-element saved list: the index runs past the end
+    with pytest.raises(IndexError):
+        ns["InputTimesGrad"].apply(mul, const, x).sum().backward()
+
+    a = torch.tensor([2.0], requires_grad=False)
+    b = torch.tensor([3.0], requires_grad=True)
+    c = torch.tensor([5.0], requires_grad=True)
+    ns["Product3Fixed"].apply(a, b, c).sum().backward()
+    fixed = (b.grad.clone(), c.grad.clone())
+    b.grad = c.grad = None
+    assert torch.equal(fixed[0], a * c.detach()) and torch.equal(fixed[1], a * b.detach())
+    with pytest.raises(IndexError):  # position 2 of the two tensors saved
+        ns["Product3"].apply(a, b, c).sum().backward()
