@@ -565,4 +565,13 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   ('static',),
   ('saved_tensors_hooks', 'saved_tensors_default_hooks'),
   'data_ptr|storage|as_strided|\\.set_\\(',
+  True),
+ ('HKL904',
+  'state-dict-step-skips-hooks',
+  'hooklint.rules.state_dict_step_skips_hooks',
+  'StateDictStepSkipsHooks',
+  True,
+  ('static',),
+  ('_load_from_state_dict', '_save_to_state_dict'),
+  None,
   True))
