@@ -62,6 +62,7 @@ _RULE_MODULES = (
     "hooklint.rules.function_grad_is_tuple",
     "hooklint.rules.function_saved_subset_misindexed",
     "hooklint.rules.state_dict_step_skips_hooks",
+    "hooklint.rules.capture_wrapper_replaces_module",
 )
 
 
