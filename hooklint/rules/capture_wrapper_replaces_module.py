@@ -7,7 +7,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.module_swaps import SWAP_TRIGGERS, capture_swaps
+from hooklint.static.module_swaps import SWAP_TRIGGER_PATTERN, SWAP_TRIGGERS, capture_swaps
 
 
 class CaptureWrapperReplacesModule(Rule):
@@ -102,6 +102,7 @@ class CaptureWrapperReplacesModule(Rule):
     summary = "A model's module swapped for a wrapper that captures its inputs and raises, instead of a forward pre-hook"
     severity = Severity.WARNING
     triggers = SWAP_TRIGGERS
+    trigger_pattern = SWAP_TRIGGER_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
         # a wrapper that forwards attribute lookups to the layer
         "import torch.nn as nn\n"

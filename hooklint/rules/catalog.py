@@ -360,7 +360,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('raise',),
-  None,
+  '(\\b[\\w.]+\\[[^\\]\\n]{1,60}\\]|\\b\\w+\\.[\\w.]+)[ \\t]*=[ \\t]*\\w+\\([ \\t]*\\1|setattr\\(',
   True),
  ('HKL401',
   'hook-mutates-argument',

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from hooklint.static.semantic import ClassInfo, SemanticModel
 
 SWAP_TRIGGERS = ("raise",)
+# `slot = Wrapper(slot, ...)` with the same slot on both sides, or a `setattr(...)` call
+SWAP_TRIGGER_PATTERN = r"(\b[\w.]+\[[^\]\n]{1,60}\]|\b\w+\.[\w.]+)[ \t]*=[ \t]*\w+\([ \t]*\1|setattr\("
 
 
 @dataclass
