@@ -360,7 +360,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('raise',),
-  '(\\b[\\w.]+\\[[^\\]\\n]{1,60}\\]|\\b\\w+\\.[\\w.]+)[ \\t]*=[ \\t]*\\w+\\([ \\t]*\\1|setattr\\(',
+  '(\\b[\\w.]+\\[[^\\]\\n]{1,60}\\]|\\b\\w+\\.[\\w.]+)[ \\t]*=[ \\t]*[A-Z]\\w*\\([ '
+  '\\t]*\\1|setattr\\([^\\n]{0,80}[A-Z]\\w*\\([ \\t]*getattr\\(',
   True),
  ('HKL401',
   'hook-mutates-argument',

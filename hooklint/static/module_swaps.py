@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from hooklint.static.semantic import ClassInfo, SemanticModel
 
 SWAP_TRIGGERS = ("raise",)
-# `slot = Wrapper(slot, ...)` with the same slot on both sides, or a `setattr(...)` call
-SWAP_TRIGGER_PATTERN = r"(\b[\w.]+\[[^\]\n]{1,60}\]|\b\w+\.[\w.]+)[ \t]*=[ \t]*\w+\([ \t]*\1|setattr\("
+# `slot = Wrapper(slot, ...)` (a class: capitalised) with the same slot on both sides, or
+# `setattr(parent, name, Wrapper(getattr(...` on one line
+SWAP_TRIGGER_PATTERN = r"(\b[\w.]+\[[^\]\n]{1,60}\]|\b\w+\.[\w.]+)[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1|setattr\([^\n]{0,80}[A-Z]\w*\([ \t]*getattr\("
 
 
 @dataclass
