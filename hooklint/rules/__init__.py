@@ -71,6 +71,11 @@ _RULE_MODULES = (
     "hooklint.rules.hook_replayed_without_kwargs",
     "hooklint.rules.hook_override_drops_return",
     "hooklint.rules.hook_reads_positional_only",
+    "hooklint.rules.function_backward_ignores_grad_output",
+    "hooklint.rules.function_grad_is_tuple",
+    "hooklint.rules.function_saved_subset_misindexed",
+    "hooklint.rules.state_dict_step_skips_hooks",
+    "hooklint.rules.capture_wrapper_replaces_module",
 )
 
 

@@ -346,6 +346,7 @@ class HookLeak(Rule):
             if finding is not None:
                 yield finding
         yield from analysis.lost_wrappers(self)
+        yield from analysis.inside_hook_through_helpers(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -588,6 +589,49 @@ class _LeakAnalysis:
                 f"or keep them where the caller can.",
                 related=[Related("the hook is registered here", ctx.display_path, ctx.span(reg.call)[0])] + related)
             yield finding if proven else finding.with_changes(severity=Severity.WARNING)
+
+    def inside_hook_through_helpers(self, rule: Rule) -> Iterable[Finding]:
+        """A module hook whose body calls a helper that registers a hook on the hook's own module (or a
+        part of it) and keeps the handle where nothing removes it (a list whose only cleanup method is
+        never called, brevitas 0.9.1's bias correction): one more hook per pass of the module."""
+        ctx = self.ctx
+        seen: set[int] = set()
+        for outer in ctx.hooks.registrations:
+            func = outer.hook.node if outer.hook is not None else None
+            if not isinstance(func, FunctionNode) or id(func) in seen or not outer.kind.is_module \
+                    or outer.receiver is None:
+                continue
+            seen.add(id(func))
+            params = positional_params(func)
+            bound = outer.hook.bound if outer.hook is not None else 0
+            if len(params) <= bound:
+                continue
+            module_place = f"p:{params[bound]}"
+            cls = ctx.model.enclosing_class(func)
+            for reg in ctx.core.facts(func).regs:
+                if not reg.chain or reg.site is None or reg.guarded or reg.once \
+                        or not (reg.target == module_place or reg.target.startswith(module_place + ".")):
+                    continue
+                if ctx.core.removals_after(func, reg):
+                    continue
+                place = reg.handle[3:] if reg.handle.startswith("at:") else ""
+                attr = place[len("e:s."):] if place.startswith("e:s.") else place[2:] if place.startswith("s.") else ""
+                if not attr or "." in attr or cls is None or ctx.core.handles_released(cls, attr) is not False:
+                    continue
+                event = "forward" if outer.kind in (HookKind.FORWARD, HookKind.FORWARD_PRE) else "backward"
+                helper = reg.chain[0][0]
+                yield rule.finding(
+                    ctx, reg.site,
+                    f"`{helper}` registers a hook on `{reg.target[2:]}` (line {reg.line}) each time `{func.name}` "
+                    f"runs, and `{func.name}` is itself a {KIND_WORDS[outer.kind]} on `{outer.receiver_text}` (line "
+                    f"{outer.call.lineno}) that runs on every {event} pass; the handles go to `self.{attr}`, which "
+                    f"nothing that runs ever removes (a method that would is never called): each pass adds one more "
+                    f"hook, which stays on the caller's module",
+                    help="Remove the inner hooks in the same run (`try`/`finally`), or call the cleanup method where "
+                         "the outer hooks are removed.",
+                    related=[Related("the hook that runs this code is registered here", ctx.display_path,
+                                     ctx.span(outer.call)[0])],
+                ).with_changes(severity=Severity.WARNING)
 
     def inside_hook(self, rule: Rule, reg: Registration) -> Finding | None:
         """A registration inside a module hook: it runs on every forward (or

@@ -448,11 +448,13 @@ class Core:
         every read of the attribute appends to it, clears it, takes its length
         or tests it; None when it goes where this file cannot follow (returned,
         handed to other code, read from outside the class)."""
-        if self.removals_of(cls, attr):
+        if any(not self._method_never_called(method) for method, _removal in self.removals_of(cls, attr)):
             return True
         classes = self.related_classes(cls)
         for info in classes:
             for method in info.methods.values():
+                if self._method_never_called(method):
+                    continue  # its removals never run
                 for use in self._attribute_loads(method, attr):
                     if not self._neutral_attribute_use(use, method):
                         return None
@@ -463,6 +465,25 @@ class Core:
                 return None
             # `self.<attr>` in an unrelated class's method is that object's own attribute
         return False
+
+    def _method_never_called(self, method: ast.AST) -> bool:
+        """A method of a module-private class (``_Helper``) that nothing in the file calls or names:
+        a cleanup written but never wired up (brevitas 0.9.1's ``correct_bias_hooks_cleanup``).  Users
+        do not reach a private class's methods; dunders are called by Python itself."""
+        name = getattr(method, "name", "")
+        if not name or name.startswith("__"):
+            return False
+        cls = self.model.enclosing_class(method)
+        if cls is None or not cls.name.startswith("_") or cls.name.startswith("__") \
+                or method not in cls.methods.values():
+            return False
+        if self.model.method_calls.get(name) or self._all_attribute_loads(name) or self.model.name_calls.get(name):
+            return False
+        for node in getattr(self.model, "_visited", ()):
+            if (type(node) is ast.Name and node.id == name) or \
+                    (type(node) is ast.Constant and node.value == name):
+                return False
+        return True
 
     def _attribute_loads(self, method: ast.AST, attr: str) -> list[ast.Attribute]:
         return [n for n in self._all_attribute_loads(attr) if self.places.owner(n) is method]
