@@ -403,7 +403,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('forward',),
-  '(?<![\\w.])[A-Za-z_]\\w*\\.forward[ \\t]*\\(',
+  '\\.forward(?:(?<=[^\\w.][A-Za-z_]\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward)|(?<=[^\\w.][A-Za-z_]\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\w\\.forward))[ '
+  '\\t]*\\(',
   True),
  ('HKL323',
   'instance-forward-closure',
@@ -457,7 +458,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('raise',),
-  '(\\b[\\w.]+\\[[^\\]\\n]{1,60}\\]|\\b\\w+\\.[\\w.]+)[ \\t]*=[ \\t]*[A-Z]\\w*\\([ '
+  '(?m)^[ \\t]*(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,60}\\]|\\w+(?:\\.\\w+)+)[ \\t]*=[ \\t]*[A-Z]\\w*\\([ '
   '\\t]*\\1|setattr\\([^\\n]{0,80}[A-Z]\\w*\\([ \\t]*getattr\\(',
   True),
  ('HKL401',

@@ -538,8 +538,23 @@ def attribute_copies_dropping_hooks(ctx: FileContext) -> Iterator[tuple[ast.AST,
                 isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value in HOOK_DICTS
                 for c in ast.walk(stmt.value)):
             hook_name_constants.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+    # only functions holding a copy by name (`setattr(x, name, ...)`, `x.__dict__.update(...)`) can qualify:
+    # most files have none, and walking every function of a large file is the rule's whole cost
+    copies = [*ctx.model.name_calls.get("setattr", ()),
+              *(c for c in ctx.model.method_calls.get("update", ())
+                if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Attribute)
+                and c.func.value.attr == "__dict__")]
+    holders: set[int] = set()
+    for call in copies:
+        node = getattr(call, "_hl_parent", None)
+        while node is not None:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                holders.add(id(node))
+            node = getattr(node, "_hl_parent", None)
+    if not holders:
+        return
     for func in ast.walk(ctx.tree):
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(func) not in holders:
             continue
         sources: list[ast.AST] = []
         targets: list[ast.AST] = []

@@ -34,7 +34,7 @@ class DroppedReturn:
 
 def dropped_returns(tree: ast.Module) -> list[DroppedReturn]:
     classes = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
-    users = _value_users(tree)
+    users: dict[str, ast.Call] | None = None  # the file's value uses, walked only once an override qualifies
     out: list[DroppedReturn] = []
     for cls in classes.values():
         for method in cls.body:
@@ -47,10 +47,14 @@ def dropped_returns(tree: ast.Module) -> list[DroppedReturn]:
             if "hook" not in (base.name + method.name).lower():
                 continue  # a hook protocol, by its class or method name
             returned = _pass_through(base_method)
-            if returned is None or method.name not in users:
+            if returned is None:
                 continue
             how = _returns_none(method)
             if how is None:
+                continue
+            if users is None:
+                users = _value_users(tree)
+            if method.name not in users:
                 continue
             out.append(DroppedReturn(method, cls, base, base_method, returned, users[method.name], how))
     return out
