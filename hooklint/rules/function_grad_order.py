@@ -126,6 +126,36 @@ class FunctionGradOrder(Rule):
     triggers = FUNCTION_TRIGGERS
     trigger_pattern = FUNCTION_TRIGGER_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
+        # a base class's `forward(cls, ctx, ...)`, called by its subclasses' forwards, not by `apply`: its inputs
+        # start after `ctx` (liger-kernel's chunked losses)
+        "import torch\n"
+        "class FusedBase(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(cls, ctx, _input, weight, target, bias=None):\n"
+        "        ctx.save_for_backward(_input, weight, bias)\n"
+        "        return (_input @ weight.t()).sum()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad_output):\n"
+        "        grad_input, grad_weight, grad_bias = ctx.saved_tensors\n"
+        "        return grad_input, grad_weight, None, grad_bias\n",
+        # the bias gradient computed under the weight's flag in one branch and under its own in the other
+        "import torch\n"
+        "class Dense(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, weight, bias):\n"
+        "        ctx.save_for_backward(x, weight)\n"
+        "        return x @ weight.t() + bias\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad_output):\n"
+        "        x, weight = ctx.saved_tensors\n"
+        "        grad_x = grad_output @ weight\n"
+        "        if ctx.needs_input_grad[1]:\n"
+        "            grad_weight = grad_output.t() @ x\n"
+        "            grad_bias = grad_output.sum(0) if ctx.needs_input_grad[2] else None\n"
+        "        else:\n"
+        "            grad_weight = None\n"
+        "            grad_bias = grad_output.sum(0) if ctx.needs_input_grad[2] else None\n"
+        "        return grad_x, grad_weight, grad_bias\n",
         # the PyTorch docs' LinearFunction
         "import torch\n"
         "class LinearFunction(torch.autograd.Function):\n"
@@ -303,7 +333,14 @@ class FunctionGradOrder(Rule):
                       positions: dict[str, set[int]]) -> Iterable[Finding]:
         for node in executed_nodes(fn.backward):
             if isinstance(node, ast.If):
-                guarded = self._assigned_under(fn, node.body)
+                # a name the other branch computes too (`else: grad_bias = grad_output if flags[2] else None`)
+                # is not computed only under this flag
+                otherwise = {target.id for stmt in node.orelse for sub in ast.walk(stmt)
+                             if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and sub.value is not None
+                             and not (isinstance(sub.value, ast.Constant) and sub.value.value is None)
+                             for target in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+                             if isinstance(target, ast.Name)}
+                guarded = [g for g in self._assigned_under(fn, node.body) if g.id not in otherwise]
             elif isinstance(node, ast.IfExp):
                 parent = getattr(node, "_hl_parent", None)
                 target = parent.targets[0] if isinstance(parent, ast.Assign) and len(parent.targets) == 1 else None

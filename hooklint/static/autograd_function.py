@@ -62,6 +62,11 @@ def autograd_functions(ctx: FileContext) -> list[AutogradFunction]:
         if args.vararg is not None or args.kwonlyargs:
             continue
         params = positional_params(forward)
+        back = positional_params(backward)
+        if len(params) > 1 and back and params[0] != back[0] and params[1] == back[0]:
+            # `forward(cls, ctx, x, ...)`: a base class's helper that its subclasses' forwards call with their
+            # own class (liger-kernel's chunked losses), not what `apply` calls: the inputs cannot be counted
+            continue
         # With a separate setup_context, forward takes the inputs only; otherwise ctx first.
         inputs = params if info.method("setup_context") is not None else params[1:]
         required = len(inputs) - len(args.defaults)
