@@ -8,8 +8,8 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.hook_targets import hook_words, object_key, registrations_by_target
 from hooklint.static.forward_binding import fresh_unhooked_instance
+from hooklint.static.hook_targets import hook_words, object_key, registrations_by_target
 from hooklint.static.hooks import HookKind
 from hooklint.static.inplace import inplace_of_name, inplace_use_of
 from hooklint.static.semantic import is_staticmethod, positional_params

@@ -8,13 +8,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.autograd_function import FUNCTION_TRIGGER_PATTERN, FUNCTION_TRIGGERS
-from hooklint.static.backward_flow import (
-    GradFlow,
-    function_backwards,
-    reads_outside_state,
-    returned_slots,
-    zero_valued,
-)
+from hooklint.static.backward_flow import GradFlow, function_backwards, reads_outside_state, returned_slots, zero_valued
 from hooklint.static.context import FileContext
 
 

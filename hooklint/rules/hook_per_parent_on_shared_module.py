@@ -13,7 +13,13 @@ from hooklint.static.hook_effects import accumulating_effects, changes_output
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import positional_params
 from hooklint.static.values import src
-from hooklint.static.walks import APPLY_WALKER_WORDS, aliased_submodules, recursive_walks, registrations, remembers_modules
+from hooklint.static.walks import (
+    APPLY_WALKER_WORDS,
+    aliased_submodules,
+    recursive_walks,
+    registrations,
+    remembers_modules,
+)
 
 _KIND_WORDS = {
     "forward": "forward hook", "forward-pre": "forward pre-hook", "backward-legacy": "backward hook",

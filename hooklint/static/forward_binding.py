@@ -23,7 +23,7 @@ import ast
 from typing import Iterator
 
 from hooklint.static.context import FileContext
-from hooklint.static.semantic import ClassInfo, positional_params, is_staticmethod
+from hooklint.static.semantic import ClassInfo, is_staticmethod, positional_params
 
 HOOK_DICTS = frozenset({
     "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",

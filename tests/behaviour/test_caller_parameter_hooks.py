@@ -6,8 +6,8 @@ does not."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES
+
 from hooklint.static.checker import check_file
 
 torch = pytest.importorskip("torch")

@@ -6,7 +6,6 @@ walks it and uses each hook as one of its own breaks on anyone else's hook
 from __future__ import annotations
 
 import pytest
-
 from conftest import codes_at, lint
 
 torch = pytest.importorskip("torch")

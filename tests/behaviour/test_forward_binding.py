@@ -8,8 +8,8 @@ import copy
 import runpy
 
 import pytest
-
 from conftest import FIXTURES
+
 from hooklint.static.checker import check_file
 
 torch = pytest.importorskip("torch")

@@ -12,8 +12,8 @@ handle.
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES, lint
+
 from hooklint.static.checker import check_file
 
 torch = pytest.importorskip("torch")
