@@ -124,9 +124,12 @@ def test_timeout_ends_ranks_that_ignore_sigterm_and_their_escaped_children(tmp_p
                          ids=["ctrl-c", "sigterm"])
 def test_a_signal_to_hooklint_ends_every_process(tmp_path, signum, status):
     marker = new_marker()
+    # hooklint as a terminal starts it: a suite run as a background job (`make test &`) has SIGINT ignored,
+    # and an ignored disposition is inherited across exec, so Ctrl-C would never reach the child
     proc = subprocess.Popen([sys.executable, "-m", "hooklint", "run", "--nproc", "2", str(PROGRAMS / "hang.py"),
                              str(tmp_path)], cwd=tmp_path, env=env_with(marker), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert _wait_ready(tmp_path, 2), "the ranks never got ready"
         assert len(survivors(marker)) >= 5  # hooklint, the launcher, 2 ranks, their grandchildren
