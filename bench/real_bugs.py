@@ -104,6 +104,14 @@ CLASSES: dict[str, str] = {
     "hook-reference-cycle": "a hook keeps its module or owner alive through a reference cycle",
     "hook-registered-unconditionally": "hook registered where a condition should have guarded it",
     "hook-shared-across-concurrent-callers": "one hook or its state shared by concurrent callers",
+    # Named by the fourth round's finders (2026-11-28), described from the names alone.
+    "saved-tensors-unpacked-repeatedly": "saved-tensor hooks whose unpack runs more than once per pack",
+    "hook-fires-per-microbatch": "hook meant once per step fires on every micro-batch",
+    "hooks-dispatched-twice": "one hook dispatched twice for one event",
+    "dispatch-hook-presence-assumed": "dispatch code assumes whether a hook is present",
+    "function-save-for-backward-non-tensor": "custom Function saves a non-tensor for backward",
+    "hook-signature-mismatch": "hook defined with a signature its caller does not use",
+    "hook-state-rebound": "hook writes state the owner later rebinds, so one side sees stale state",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
