@@ -41,6 +41,10 @@ def _expr(ctx: FileContext, marker: str) -> ast.expr:
     ("torch.__version__ < '2.1'", None),
     ("version.parse(torch.__version__) >= version.parse('1.8')", True),
     ("LooseVersion(torch.__version__) < LooseVersion('1.7.1')", False),
+    # snntorch's probes: torch's own TorchVersion (torch >= 1.10) as the parser
+    ("torch.__version__ >= torch.torch_version.TorchVersion('1.8.0')", True),
+    ("torch.__version__ < torch.torch_version.TorchVersion('1.8.0')", False),
+    ("torch.__version__ >= torch.torch_version.TorchVersion('1.9')", None),
     ("TORCH_VERSION >= (1, 8)", True),
     ("(1, 8) <= TORCH_VERSION", True),
     ("int(torch.__version__.split('.')[1]) >= 8", None),  # the minor number alone: 2.0 < 1.8 there

@@ -37,7 +37,7 @@ _FULL_HOOK_APIS = frozenset({"register_full_backward_hook"})
 # run on a new torch too (register_full_backward_hook raises RuntimeError when
 # legacy hooks are already registered on the module).
 _MISSING_API_ERRORS = frozenset({"AttributeError", "builtins.AttributeError"})
-_PARSERS = ("parse", "Version", "LooseVersion", "StrictVersion", "parse_version", "digit_version", "version_tuple")
+_PARSERS = ("parse", "Version", "TorchVersion", "LooseVersion", "StrictVersion", "parse_version", "digit_version", "version_tuple")
 _FLAG_RE = re.compile(r"torch_?(?:version_?)?(?:ge|gte|greater(?:_or_equal)?(?:_than)?|at_least|newer_than|"
                       r"above|geq)_?v?(\d+)_(\d+)", re.I)
 
