@@ -62,7 +62,7 @@ def _top_level_functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.As
     return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _helper(call: ast.Call, tree: ast.Module, cls: ast.ClassDef | None) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def file_helper(call: ast.Call, tree: ast.Module, cls: ast.ClassDef | None) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The function of this file a call runs: a module-level function by name, or a static method of the
     Function's own class (``Cls._helper(...)``)."""
     func = call.func
@@ -76,7 +76,7 @@ def _helper(call: ast.Call, tree: ast.Module, cls: ast.ClassDef | None) -> ast.F
     return None
 
 
-def _bindings(name: str, func: ast.AST) -> list[tuple[ast.AST, int | None]]:
+def local_bindings(name: str, func: ast.AST) -> list[tuple[ast.AST, int | None]]:
     """Every ``name = value`` of ``func``'s own body, flow-insensitively: (value, index in an unpacked
     tuple or None)."""
     out: list[tuple[ast.AST, int | None]] = []
@@ -93,7 +93,7 @@ def _bindings(name: str, func: ast.AST) -> list[tuple[ast.AST, int | None]]:
     return out
 
 
-def _returned(func: ast.AST, index: int | None) -> list[ast.AST]:
+def returned_values(func: ast.AST, index: int | None) -> list[ast.AST]:
     """The expressions ``func`` returns, or element ``index`` of the tuples it returns."""
     out = []
     for node in ast.walk(func):
@@ -144,16 +144,16 @@ def _origins(expr: ast.AST, func: ast.AST, tree: ast.Module, cls: ast.ClassDef |
         if key in out.names:
             return
         out.names.add(key)
-        for value, index in _bindings(expr.id, func):
+        for value, index in local_bindings(expr.id, func):
             if index is None:
                 _origins(value, func, tree, cls, out, depth + 1)
             elif isinstance(value, (ast.Tuple, ast.List)):
                 if index < len(value.elts):
                     _origins(value.elts[index], func, tree, cls, out, depth + 1)
             elif isinstance(value, ast.Call):
-                helper = _helper(value, tree, cls)
+                helper = file_helper(value, tree, cls)
                 if helper is not None:
-                    for returned in _returned(helper, index):
+                    for returned in returned_values(helper, index):
                         _origins(returned, helper, tree, cls, out, depth + 1)
         return
     out.leaves.append((expr, func))
@@ -164,7 +164,7 @@ def unreduced_on_some_path(forward: ast.AST, index: int | None, tree: ast.Module
     """The full reduction (``torch.sum(loss_1d)``) whose unreduced tensor ``forward`` returns as output
     ``index`` on another path, or None."""
     out = _Origins()
-    for returned in _returned(forward, index):
+    for returned in returned_values(forward, index):
         _origins(returned, forward, tree, cls, out)
     for leaf, func in out.leaves:
         reduced = _full_reduction(leaf, model)
@@ -240,7 +240,7 @@ def _argument(call: ast.Call, node: ast.AST, func: ast.AST, tree: ast.Module, cl
     if qual in _SCALAR_CALLS:
         uses.scalar.append(call)
         return
-    helper = _helper(call, tree, cls) if depth < _MAX_DEPTH else None
+    helper = file_helper(call, tree, cls) if depth < _MAX_DEPTH else None
     param = _parameter_for(helper, call, node) if helper is not None else None
     if param is None:
         uses.aware.append(call)
