@@ -76,6 +76,7 @@ _RULE_MODULES = (
     "hooklint.rules.function_saved_subset_misindexed",
     "hooklint.rules.function_grad_output_read_as_scalar",
     "hooklint.rules.function_none_guard_mismatch",
+    "hooklint.rules.function_apply_on_container",
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
 )
