@@ -74,6 +74,9 @@ _RULE_MODULES = (
     "hooklint.rules.function_backward_ignores_grad_output",
     "hooklint.rules.function_grad_is_tuple",
     "hooklint.rules.function_saved_subset_misindexed",
+    "hooklint.rules.function_grad_output_read_as_scalar",
+    "hooklint.rules.function_none_guard_mismatch",
+    "hooklint.rules.function_apply_on_container",
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
 )

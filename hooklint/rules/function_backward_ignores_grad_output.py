@@ -50,7 +50,11 @@ class FunctionBackwardIgnoresGradOutput(Rule):
     ## Known problems
     A `backward` that ignores the upstream gradient for every input (a
     fused loss returning the gradient it computed in `forward`) is not
-    reported, for the reason above.  A gradient injected on purpose (an auxiliary loss added in `backward`)
+    reported, for the reason above: in torch's own sources that shape is
+    `make_graphed_callables`, whose `backward` copies the gradients into
+    the captured graph's buffers and replays it.  A fused loss that scales
+    its precomputed gradient by the upstream gradient read as one number,
+    while its output can be per row, is HKL509's question.  A gradient injected on purpose (an auxiliary loss added in `backward`)
     is reported too: it still ignores loss scaling and loss weights.  A
     gradient computed by a helper that reads the upstream gradient from
     somewhere `backward` does not pass it (a global, a field set outside

@@ -8,10 +8,24 @@ from hooklint.findings import Finding, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.autograd_function import FUNCTION_TRIGGER_PATTERN, FUNCTION_TRIGGERS, autograd_functions
 from hooklint.static.context import FileContext
-from hooklint.static.function_bodies import returned_views
+from hooklint.static.function_bodies import returned_views, tensor_outputs
 
-VIEW_INPLACE_ERROR = ("Output 0 of {name}Backward is a view and is being modified inplace. This view was created "
-                      "inside a custom Function ...")
+# torch 2.13's texts (tests/behaviour/test_function_bodies.py runs both): a Function with one tensor output
+# names the custom Function; one with several tensor outputs says the node returns several views.
+_VIEW_INPLACE_HEAD = "Output {index} of {name} is a view and is being modified inplace."
+_ONE_OUTPUT_REASON = " This view was created inside a custom Function ..."
+_MANY_OUTPUTS_REASON = " This view is the output of a function that returns multiple views ..."
+
+
+def view_inplace_error(name: str, index: int | None, tensor_outputs: int | None) -> str:
+    """The error torch raises when a caller modifies output ``index`` in place; ``tensor_outputs`` is how
+    many outputs of the returned tuple are tensors (None: not known from the code)."""
+    head = _VIEW_INPLACE_HEAD.format(index=index or 0, name=name)
+    if index is None or tensor_outputs == 1:
+        return head + _ONE_OUTPUT_REASON
+    if tensor_outputs is not None and tensor_outputs > 1:
+        return head + _MANY_OUTPUTS_REASON
+    return head + " ..."
 
 
 class FunctionReturnsView(Rule):
@@ -31,12 +45,18 @@ class FunctionReturnsView(Rule):
     flattens activations in place, and then the forward fails:
 
     ```text
-    RuntimeError: Output 0 of MatMul8bitLtBackward is a view and is being
+    RuntimeError: Output 0 of MatMul8bitLt is a view and is being
     modified inplace. This view was created inside a custom Function (or
     because an input was returned as-is) and the autograd logic to handle
     view+inplace would override the custom backward associated with the
     custom Function, leading to incorrect gradients. This behavior is forbidden.
     ```
+
+    A Function with several tensor outputs fails the same way, with
+    another reason: "Output 1 of Name is a view and is being modified
+    inplace. This view is the output of a function that returns multiple
+    views. Such functions do not allow the output views to be modified
+    inplace."
 
     The Function's own tests rarely modify its output in place, so the
     error reaches users first (bitsandbytes' 8-bit matmul returned a view
@@ -203,12 +223,12 @@ class FunctionReturnsView(Rule):
             for view in returned_views(fn.forward, fn.inputs):
                 where = f"output {view.index}" if view.index is not None else "its output"
                 when = f" {view.conditional}" if view.conditional else ""
+                error = view_inplace_error(fn.name, view.index, tensor_outputs(view, fn.forward, fn.inputs))
                 yield self.finding(
                     ctx, view.node,
                     message=(f"`{fn.name}.forward` returns {view.what} as {where}{when}: autograd forbids modifying "
                              f"a view made inside a custom Function in place, so a caller's `out += ...`, "
-                             f"`relu_` or `nn.ReLU(inplace=True)` on it raises \"RuntimeError: "
-                             f"{VIEW_INPLACE_ERROR.format(name=fn.name)}\""),
+                             f"`relu_` or `nn.ReLU(inplace=True)` on it raises \"RuntimeError: {error}\""),
                     help="Return the tensor itself and make the view outside the Function "
                          f"(`{fn.name}.apply(...).view(...)`), or return a `.clone()` of the view.",
                 )

@@ -42,6 +42,7 @@ class ReturnedView:
     what: str  # "a view (`out.view(...)`)"
     index: int | None  # output position in a returned tuple, or None for a single output
     conditional: str = ""  # "when `clone_func` is the identity lambda" (the path that returns it)
+    outputs: tuple[ast.AST, ...] = ()  # every element of the returned tuple (empty for a single output)
 
 
 def returned_views(forward: ast.AST, inputs: list[str]) -> list[ReturnedView]:
@@ -58,11 +59,30 @@ def returned_views(forward: ast.AST, inputs: list[str]) -> list[ReturnedView]:
             items = [(e, i) for i, e in enumerate(value.elts)]
         else:
             items = [(value, None)]
+        outputs = tuple(value.elts) if isinstance(value, (ast.Tuple, ast.List)) else ()
         for expr, index in items:
             found = _view(expr, forward, set(inputs), dirty, 0)
             if found is not None:
-                out.append(ReturnedView(expr, found[0], index, found[1]))
+                out.append(ReturnedView(expr, found[0], index, found[1], outputs))
     return out
+
+
+def tensor_outputs(view: ReturnedView, forward: ast.AST, inputs: list[str]) -> int | None:
+    """How many outputs of the tuple ``view`` is part of are tensors: torch words the in-place error
+    differently for one tensor output and for several.  None when an output may or may not be one
+    (a name, a call): only literals are surely not tensors and only views surely are."""
+    if not view.outputs:
+        return 1
+    dirty = _marked_dirty(forward)
+    tensors = 0
+    for expr in view.outputs:
+        if isinstance(expr, ast.Constant):
+            continue
+        if expr is view.node or _view(expr, forward, set(inputs), dirty, 0) is not None:
+            tensors += 1
+            continue
+        return None
+    return tensors
 
 
 def _view(expr: ast.AST, func: ast.AST, inputs: set[str], dirty: set[str], depth: int) -> tuple[str, str] | None:

@@ -136,3 +136,50 @@ def test_registered_backward_extra_none_is_dropped_by_torch_2_13_but_the_count_i
     y = torch.ones(3, requires_grad=True)
     ops["scale_fixed"](y, 2.0, True).sum().backward()
     torch.testing.assert_close(y.grad, torch.full((3,), 0.5))
+
+
+# ------------------------------------------- HKL504: the error text it quotes
+
+_SEVERAL_OUTPUTS = '''
+import torch
+class Halves(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        return y[:1], None, y.t()
+    @staticmethod
+    def backward(ctx, a, b, c):
+        return None
+class Single(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        return y.t(), 3
+    @staticmethod
+    def backward(ctx, a, b):
+        return a.t()
+'''
+
+
+def _raised(apply, index: int) -> str:
+    out = apply(torch.ones(3, 3, requires_grad=True))[index]
+    with pytest.raises(RuntimeError) as raised:
+        out.add_(1)
+    return str(raised.value)
+
+
+def test_hkl504_quotes_the_error_torch_raises_for_each_output():
+    namespace: dict = {}
+    exec(compile(_SEVERAL_OUTPUTS, "<hkl504>", "exec"), namespace)
+    findings = lint(_SEVERAL_OUTPUTS, "HKL504")
+    quoted = {}
+    for finding in findings:
+        text = finding.message.split('"RuntimeError: ', 1)[1].rstrip('"')
+        name, index = text.split(" of ", 1)[1].split(" ", 1)[0], int(text.split(" ", 2)[1])
+        quoted[(name, index)] = text.removesuffix(" ...")
+    assert set(quoted) == {("Halves", 0), ("Halves", 2), ("Single", 0)}
+    for (name, index), text in quoted.items():
+        real = _raised(namespace[name].apply, index)
+        assert real.startswith(text), (text, real)  # the index, the name and the reason torch gives
+    assert "returns multiple views" in quoted[("Halves", 2)]
+    assert "created inside a custom Function" in quoted[("Single", 0)]
