@@ -15,6 +15,7 @@ from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import built_in_file, outside_root
 from hooklint.static.travel import EMPTY
 from hooklint.static.values import src
+from hooklint.static.tree_walk import walk_tree
 
 
 class FullHookOnCallerModule(Rule):
@@ -295,7 +296,7 @@ def _needs_grad_input(reg: Registration) -> bool:
 
 
 def _sets_inplace_false(tree: ast.AST) -> bool:
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is False \
                 and any(isinstance(t, ast.Attribute) and t.attr == "inplace" for t in node.targets):
             return True

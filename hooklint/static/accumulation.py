@@ -34,6 +34,7 @@ from typing import Iterator
 from hooklint.static.bodies import body_nodes, param_names
 from hooklint.static.semantic import FunctionNode, SemanticModel
 from hooklint.static.values import src
+from hooklint.static.tree_walk import walk_tree
 
 # Methods of an optimizer that change the parameters or their gradients.
 OPTIMIZER_METHODS = frozenset({"step", "zero_grad"})
@@ -343,7 +344,7 @@ def _trainer_option(model: SemanticModel, call: ast.Call) -> Accumulation | None
 def refuses_accumulation(tree: ast.Module) -> bool:
     """The file raises (or asserts) on an accumulation count: it refuses the
     combination it would break (``if optim_in_bwd and grad_accum > 1: raise``)."""
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body) \
                 and any(_is_accumulation_name(sub) for sub in ast.walk(node.test)):
             return True
@@ -372,7 +373,7 @@ def nearest(accumulated: list[Accumulation], model: SemanticModel, hook: ast.AST
 def accumulations(model: SemanticModel, tree: ast.Module) -> list[Accumulation]:
     """Where the file shows gradients accumulated over micro-batches, in source order."""
     out = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             found = _loop_evidence(model, node)
             if found is not None:

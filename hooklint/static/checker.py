@@ -23,6 +23,13 @@ from hooklint.rules.base import Rule
 from hooklint.static.garbage import collected_after
 from hooklint.static.source import SourceError, decode_source, read_regular_file
 
+try:  # the regex parser, to read what a trigger pattern can match (renamed in Python 3.11)
+    import re._constants as _sre_constants
+    import re._parser as _sre_parse
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_constants  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.static.context import FileContext
     from hooklint.static.notebook import Notebook
@@ -92,16 +99,15 @@ class _Prefilter:
     # (anchor, words): every word of a group contains its anchor, so a text without the anchor (one scan)
     # has none of the group's words; any word admits the file
     groups: tuple[tuple[str, tuple[str, ...]], ...]
-    # (words, anchor, pattern) of rules with a pattern: a word and the pattern admit the file (the anchor is
-    # in every text the pattern matches).  Those whose words are all among the plain words are left out: a
-    # text they could admit was admitted by the words already.
-    patterned: tuple[tuple[tuple[str, ...], str, tuple[tuple[str, re.Pattern[str]], ...]], ...]
+    # (words, pattern) of rules with a pattern: a word and the pattern admit the file.  Those whose words are
+    # all among the plain words are left out: a text they could admit was admitted by the words already.
+    patterned: tuple[tuple[tuple[str, ...], _Branches], ...]
 
 
 @lru_cache(maxsize=64)
 def _prefilter(codes: frozenset[str]) -> _Prefilter:
     words: set[str] = set()
-    patterned: dict[tuple[tuple[str, ...], str], re.Pattern[str]] = {}
+    patterned: dict[tuple[tuple[str, ...], str], _Branches] = {}
     # rules judged by the driver after the others (HKL003) have trigger words too
     for rule in rule_entries():
         if rule.code not in codes or not (rule.static or rule.triggers):
@@ -113,54 +119,247 @@ def _prefilter(codes: frozenset[str]) -> _Prefilter:
             patterned.setdefault(key, _branches(rule.trigger_pattern))
     ordered = sorted(patterned.items(), key=lambda kv: kv[0])
     return _Prefilter(_anchored_groups(words),
-                      tuple((key[0], _branch_anchor(rx), rx) for key, rx in ordered if not set(key[0]) <= words))
+                      tuple((key[0], branches) for key, branches in ordered if not set(key[0]) <= words))
 
 
 _META = frozenset(".^$*+?{}[]()|\\")
+# a flag group opening the whole pattern, `(?m)`: it applies to every branch
+_GLOBAL_FLAGS = re.compile(r"\(\?[aiLmsux]+\)")
+_GROUP_REF = re.compile(r"\\([1-9][0-9]?)")
 
 
-def _branches(pattern: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """A pattern's top-level alternatives, each with the literal text it starts
-    with (a substring of any text it matches, found by one scan before the
-    regex engine tries the alternative at every position: HKL701's pattern
-    cost 0.14 s over the corpus as one regex, 0.07 s so).  Patterns with inline
-    flags or back-references stay whole."""
-    if pattern.startswith("(?") and not pattern.startswith(("(?:", "(?=", "(?!", "(?<")) or "(?P=" in pattern \
-            or re.search(r"\\[1-9]", pattern):
-        return (("", re.compile(pattern)),)
+class _Scan:
+    """One branch of a trigger pattern and the cheapest way to find out whether
+    a text holds a match of it, with the same answer as ``re.search``.
+
+    Python's regex engine tries a pattern at every position of the text unless
+    it starts with a literal (then it jumps from one occurrence of the literal
+    to the next).  Two shapes have no literal in front of the text they need,
+    and cost the most of a cold run's prefilter (0.5 to 1.6 s each over the
+    corpus of bench/corpus.py), so they are searched differently:
+
+    - ``\\bword...``: the branch without its ``\\b`` is searched (from its
+      literal), and each place it matches is checked with the whole branch
+      (``match`` at that position reads the character before it).
+    - ``(?m)^...X...``, where ``X`` is the first literal of the branch and
+      nothing before it can match a line break: the part from ``X`` on (up to
+      a back-reference) is searched, and the whole branch is matched at the
+      start of each line where that part matches, once per line.
+
+    Any other branch is searched as written."""
+
+    __slots__ = ("whole", "probe", "kind", "literal")
+
+    def __init__(self, branch: str, flags: str = ""):
+        self.whole = re.compile(flags + branch)
+        self.probe: re.Pattern[str] | None = None
+        self.kind = ""
+        # text every match holds, searched for before the regex engine is asked ("" when none is known)
+        self.literal = ""
+        if set(flags) & set("iLx"):
+            return  # the pattern's letters (or its spaces) are not the text's: searched as written
+        self.literal = _literal_prefix(branch)
+        if branch.startswith("\\b") and len(branch) > 2 and branch[2] != "\\":
+            probe = _compiled(flags + branch[2:])
+            if probe is not None and probe.groups == self.whole.groups and not _GROUP_REF.search(branch):
+                self.probe, self.kind, self.literal = probe, "boundary", _literal_prefix(branch[2:])
+        elif branch.startswith("^") and "m" in flags:
+            tail = _line_tail(branch)
+            if tail is not None:
+                probe = _compiled(flags + tail[1])
+                if probe is not None and _line_local(flags + tail[0]):
+                    self.probe, self.kind, self.literal = probe, "line", _literal_prefix(tail[1])
+
+    def search(self, text: str) -> bool:
+        probe = self.probe
+        if probe is None:
+            return self.whole.search(text) is not None
+        whole, pos = self.whole, 0
+        if self.kind == "boundary":
+            while (found := probe.search(text, pos)) is not None:
+                if whole.match(text, found.start()) is not None:
+                    return True
+                pos = found.start() + 1
+            return False
+        while (found := probe.search(text, pos)) is not None:
+            start = text.rfind("\n", 0, found.start()) + 1
+            if whole.match(text, start) is not None:
+                return True
+            end = text.find("\n", found.start())
+            if end < 0:
+                return False
+            pos = end + 1  # every other place on this line starts the same line
+        return False
+
+
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+def _line_tail(branch: str) -> tuple[str, str] | None:
+    """(head, tail): the branch cut before its first literal character outside
+    any group, class or repeat; the tail ends before a back-reference.  None
+    when there is no such literal or the tail holds a back-reference inside a
+    group."""
+    i, depth, in_class = 0, 0, False
+    while i < len(branch):
+        c = branch[i]
+        if c == "\\":
+            if depth == 0 and not in_class and i + 1 < len(branch) and not branch[i + 1].isalnum() \
+                    and not _repeated(branch, i + 2):
+                return _cut(branch, i)
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]" or branch[i - 1] == "["
+        elif c == "[":
+            in_class = True
+            if branch.startswith("[^]", i) or branch.startswith("[]", i):
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif depth == 0 and c not in _META and not _repeated(branch, i + 1):
+            return _cut(branch, i)
+        i += 1
+    return None
+
+
+def _repeated(branch: str, after: int) -> bool:
+    return after < len(branch) and branch[after] in "*+?{"
+
+
+def _cut(branch: str, at: int) -> tuple[str, str] | None:
+    head, tail = branch[:at], branch[at:]
+    ref = _GROUP_REF.search(tail)
+    # a reference inside a group of the tail leaves it unbalanced: it does not compile, and the branch is
+    # searched as written
+    return head, tail if ref is None else tail[:ref.start()]
+
+
+def _line_local(pattern: str) -> bool:
+    """Can no match of ``pattern`` hold a line break?  (Read from its parse
+    tree; anything not known to exclude ``\\n`` counts as holding one.)"""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error:
+        return False
+    dotall = bool(parsed.state.flags & re.DOTALL)
+    return _items_line_local(list(parsed), dotall)
+
+
+_NEWLINE = ord("\n")
+
+
+def _items_line_local(items: list[Any], dotall: bool) -> bool:
+    c = _sre_constants
+    for op, arg in items:
+        if op in (c.AT, c.ASSERT, c.ASSERT_NOT, c.GROUPREF):
+            continue  # zero width, or a group of this very pattern (checked where it is)
+        if op is c.LITERAL:
+            ok = arg != _NEWLINE
+        elif op is c.NOT_LITERAL:
+            ok = arg == _NEWLINE
+        elif op is c.ANY:
+            ok = not dotall
+        elif op is c.IN:
+            ok = _set_line_local(arg)
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            ok = _items_line_local(list(arg[2]), dotall)
+        elif op is c.SUBPATTERN:
+            ok = _items_line_local(list(arg[3]), dotall)
+        elif op is c.BRANCH:
+            ok = all(_items_line_local(list(sub), dotall) for sub in arg[1])
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _set_line_local(members: list[Any]) -> bool:
+    c = _sre_constants
+    if members and members[0][0] is c.NEGATE:
+        return any(op is c.LITERAL and arg == _NEWLINE for op, arg in members[1:])
+    for op, arg in members:
+        if op is c.LITERAL:
+            ok = arg != _NEWLINE
+        elif op is c.RANGE:
+            ok = not arg[0] <= _NEWLINE <= arg[1]
+        elif op is c.CATEGORY:
+            ok = arg in (c.CATEGORY_WORD, c.CATEGORY_DIGIT)
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _branches(pattern: str) -> _Branches:
+    """A pattern's top-level alternatives (a flag group opening the pattern,
+    `(?m)`, applies to each), each searched the cheapest way (``_Scan``) after
+    the literal text it starts with is found by one scan (HKL701's pattern cost
+    0.14 s over the corpus as one regex, 0.07 s so).  Patterns with inline
+    flags elsewhere, named back-references or back-references into another
+    alternative stay whole."""
+    flags_match = _GLOBAL_FLAGS.match(pattern)
+    flags = flags_match.group() if flags_match else ""
+    body = pattern[len(flags):]
+    if "(?P=" in body or re.search(r"\(\?[aiLmsux-]", body):
+        return _Branches.of([_Scan(body, flags)])
     parts, depth, start, i, in_class = [], 0, 0, 0, False
-    while i < len(pattern):
-        c = pattern[i]
+    while i < len(body):
+        c = body[i]
         if c == "\\":
             i += 2
             continue
         if in_class:
-            in_class = c != "]" or pattern[i - 1] == "["
+            in_class = c != "]" or body[i - 1] == "["
         elif c == "[":
             in_class = True
-            if pattern.startswith("[^]", i) or pattern.startswith("[]", i):
+            if body.startswith("[^]", i) or body.startswith("[]", i):
                 i += 1
         elif c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
         elif c == "|" and depth == 0:
-            parts.append(pattern[start:i])
+            parts.append(body[start:i])
             start = i + 1
         i += 1
-    parts.append(pattern[start:])
-    return tuple((_literal_prefix(part), re.compile(part)) for part in parts)
+    parts.append(body[start:])
+    groups_before = 0
+    for part in parts:
+        if groups_before and _GROUP_REF.search(part):
+            return _Branches.of([_Scan(body, flags)])  # its numbers count the groups of the branches before it
+        groups_before += re.compile(flags + part).groups
+    return _Branches.of([_Scan(part, flags) for part in parts])
 
 
-def _branch_anchor(branches: tuple[tuple[str, re.Pattern[str]], ...]) -> str:
-    """A substring of every branch's literal text, searched once before the
-    branches are (HKL315's sixteen registration APIs all hold `_hook`); "" when
-    there is none."""
-    literals = {literal for literal, _rx in branches}
-    if len(literals) < 2 or "" in literals:
-        return ""
-    groups = _anchored_groups(literals)
-    return groups[0][0] if len(groups) == 1 else ""
+@dataclass(frozen=True)
+class _Branches:
+    """A pattern's branches in groups whose literals share an anchor (HKL315's
+    sixteen registration APIs all hold `_hook`): a text without the anchor (one
+    scan) is not searched for any of the group's branches."""
+    groups: tuple[tuple[str, tuple[_Scan, ...]], ...]
+
+    @classmethod
+    def of(cls, scans: list[_Scan]) -> "_Branches":
+        by_literal: dict[str, list[_Scan]] = {}
+        for scan in scans:
+            by_literal.setdefault(scan.literal, []).append(scan)
+        plain = tuple(by_literal.pop("", ()))
+        groups = tuple((anchor, tuple(s for word in words for s in by_literal[word]))
+                       for anchor, words in _anchored_groups(set(by_literal)))
+        return cls(((("", plain),) if plain else ()) + groups)
+
+    def search(self, text: str) -> bool:
+        return any(anchor in text and any(scan.literal in text and scan.search(text) for scan in scans)
+                   for anchor, scans in self.groups)
 
 
 def _literal_prefix(part: str) -> str:
@@ -224,9 +423,8 @@ def _admits(text: str, codes: frozenset[str]) -> bool:
     pre = _prefilter(codes)
     if any(anchor in text and any(word in text for word in words) for anchor, words in pre.groups):
         return True
-    return any(any(word in text for word in rule_words) and anchor in text
-               and any(literal in text and rx.search(text) for literal, rx in branches)
-               for rule_words, anchor, branches in pre.patterned)
+    return any(any(word in text for word in rule_words) and branches.search(text)
+               for rule_words, branches in pre.patterned)
 
 
 @dataclass(frozen=True)
@@ -234,14 +432,14 @@ class _RuleFilter:
     """Each rule's own triggers, for the rules run on a file the prefilter admitted."""
     # (anchor, words): as _Prefilter.groups, over every rule's words
     groups: tuple[tuple[str, tuple[str, ...]], ...]
-    # (code, words, anchor of the branches, pattern branches or None)
-    rules: tuple[tuple[str, frozenset[str], str, tuple[tuple[str, re.Pattern[str]], ...] | None], ...]
+    # (code, words, pattern branches or None)
+    rules: tuple[tuple[str, frozenset[str], _Branches | None], ...]
 
 
 @lru_cache(maxsize=64)
 def _rule_filter(codes: frozenset[str]) -> _RuleFilter:
     words: set[str] = set()
-    branches: dict[str, tuple[tuple[str, re.Pattern[str]], ...]] = {}
+    branches: dict[str, _Branches] = {}
     rules = []
     for rule in rule_entries():
         if rule.code not in codes or not rule.static:
@@ -250,7 +448,7 @@ def _rule_filter(codes: frozenset[str]) -> _RuleFilter:
         pattern = None
         if rule.trigger_pattern is not None:
             pattern = branches.setdefault(rule.trigger_pattern, _branches(rule.trigger_pattern))
-        rules.append((rule.code, frozenset(rule.triggers), _branch_anchor(pattern) if pattern else "", pattern))
+        rules.append((rule.code, frozenset(rule.triggers), pattern))
     return _RuleFilter(_anchored_groups(words), tuple(rules))
 
 
@@ -266,13 +464,13 @@ def admitted_rules(text: str, codes: frozenset[str]) -> frozenset[str]:
     present = {word for anchor, words in filt.groups if anchor in text for word in words if word in text}
     out = []
     matched: dict[int, bool] = {}
-    for code, words, anchor, branches in filt.rules:
+    for code, words, branches in filt.rules:
         if words.isdisjoint(present):
             continue
         if branches is not None:
             key = id(branches)
             if key not in matched:
-                matched[key] = anchor in text and any(literal in text and rx.search(text) for literal, rx in branches)
+                matched[key] = branches.search(text)
             if not matched[key]:
                 continue
         out.append(code)

@@ -24,6 +24,7 @@ from typing import Iterator
 
 from hooklint.static.context import FileContext
 from hooklint.static.semantic import ClassInfo, is_staticmethod, positional_params
+from hooklint.static.tree_walk import walk_tree
 
 HOOK_DICTS = frozenset({
     "_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
@@ -166,7 +167,7 @@ def class_rewraps(ctx: FileContext) -> Iterator[tuple[ast.AST, ast.AST, str, str
     words for the class expression, function).  An assignment under a test
     (``if not getattr(cls.forward, "_wrapped", False):``), or after an early
     ``return`` that a flag guards, is skipped: the wrap may run once."""
-    for node in ast.walk(ctx.tree):
+    for node in walk_tree(ctx.tree):
         target = value = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute):
             target, value = node.targets[0], node.value
@@ -288,7 +289,7 @@ def called_as_module(ctx: FileContext, cls: ClassInfo) -> str | None:
                 return f"`{cls.name}.{stmt.name}` calls the module as `{self_name}(...)` (line {node.lineno})"
     from hooklint.static.values import ModuleValue
 
-    for node in ast.walk(ctx.tree):
+    for node in walk_tree(ctx.tree):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
                 and not is_method_self(ctx, node.func):
             value = ctx.inference.infer(node.func)
@@ -331,7 +332,7 @@ def closure_forwards(ctx: FileContext) -> Iterator[tuple[ast.Assign, str, str, a
     ``m``'s previous forward: (assignment, module name, what it captures,
     function).  A forward put back later in the same function (a patch for
     the length of a call) is not one."""
-    for node in ast.walk(ctx.tree):
+    for node in walk_tree(ctx.tree):
         installed = _forward_installed(node)
         if installed is None:
             continue
@@ -444,7 +445,7 @@ def _restored_by_caller(ctx: FileContext, func: ast.AST, assign: ast.AST) -> boo
     name = getattr(outer, "name", None)
     if name is None:
         return False
-    for call in ast.walk(ctx.tree):
+    for call in walk_tree(ctx.tree):
         if not (isinstance(call, ast.Call) and (
                 (isinstance(call.func, ast.Name) and call.func.id == name)
                 or (isinstance(call.func, ast.Attribute) and call.func.attr == name))):
@@ -553,7 +554,7 @@ def attribute_copies_dropping_hooks(ctx: FileContext) -> Iterator[tuple[ast.AST,
             node = getattr(node, "_hl_parent", None)
     if not holders:
         return
-    for func in ast.walk(ctx.tree):
+    for func in walk_tree(ctx.tree):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(func) not in holders:
             continue
         sources: list[ast.AST] = []

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from hooklint.static.callgraph import is_self_param
 from hooklint.static.flow import block_of, contains, executed_nodes, function_of, root_name
 from hooklint.static.semantic import ClassInfo, FunctionNode, SemanticModel, positional_params
+from hooklint.static.tree_walk import walk_tree
 
 if TYPE_CHECKING:  # pragma: no cover
     from hooklint.static.context import FileContext
@@ -628,7 +629,7 @@ def hook_wrappers(ctx: "FileContext") -> dict[int, HookWrapper]:
 
 def _attribute_read_outside_methods(ctx: "FileContext", cls: ClassInfo, attr: str) -> bool:
     """``<x>.<attr>`` read other than as ``self.<attr>`` in a method of ``cls``."""
-    for node in ast.walk(ctx.tree):
+    for node in walk_tree(ctx.tree):
         if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load):
             found = self_attribute(ctx, node)
             if found is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from hooklint.static.hooks import HookKind
 from hooklint.static.semantic import ClassInfo
+from hooklint.static.tree_walk import walk_tree
 
 # The dicts torch keeps each kind of hook in (torch 2.x: nn.Module and Tensor attributes).
 HOOK_DICTS: dict[HookKind, frozenset[str]] = {
@@ -90,7 +91,7 @@ def unchecked_hook_uses(tree: ast.AST) -> list[ForeignUse]:
     comprehension's ``if``, a conditional expression, an ``and``), or a
     ``try`` catching ``AttributeError``/``Exception``."""
     out: list[ForeignUse] = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, (ast.For, ast.AsyncFor)):
             found = _hook_element(node.target, node.iter, node)
             if found is not None:

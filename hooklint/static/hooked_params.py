@@ -39,6 +39,7 @@ from hooklint.static.identity import holding_tests
 from hooklint.static.passthrough import is_self, stored_init_parameter
 from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
 from hooklint.static.values import Inference
+from hooklint.static.tree_walk import walk_tree
 
 _EACH = {"modules": (), "named_modules": (1,)}
 _SAME_MODULE = frozenset({"cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16"})
@@ -539,7 +540,7 @@ def summarize_hooked_params(model: SemanticModel, inference: Inference, registra
     for calls in list(model.name_calls.values()) + list(model.method_calls.values()):
         for call in calls:
             _passes_of(call, model, tracer, filters, out)
-    for node in ast.walk(model.tree):
+    for node in walk_tree(model.tree):
         if isinstance(node, FunctionNode):
             callee = tracer.callee_of(node)
             if callee is not None:
@@ -594,7 +595,7 @@ def _passes_of(call: ast.Call, model: SemanticModel, tracer: _Tracer, filters: _
 def star_imports(tree: ast.Module) -> tuple[str, ...]:
     """Modules the file imports with ``from x import *`` (``.x`` for relative ones)."""
     out = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
             out.append("." * node.level + (node.module or ""))
     return tuple(out)

@@ -12,6 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import ClassInfo, SemanticModel
+from hooklint.static.tree_walk import walk_tree
 
 SWAP_TRIGGERS = ("raise",)
 # `slot = Wrapper(slot, ...)` (a class: capitalised) with the same slot on both sides, the assignment
@@ -52,7 +53,7 @@ def _capture_wrapper(model: SemanticModel, expr: ast.AST) -> tuple[ClassInfo, in
 
 def capture_swaps(model: SemanticModel, tree: ast.AST) -> list[CaptureSwap]:
     out = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         slot = value = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], (ast.Subscript, ast.Attribute)):

@@ -26,6 +26,7 @@ from hooklint.findings import Edit, Location
 from hooklint.static.context import FileContext
 from hooklint.static.notebook import CELL_BOUNDARY, MAGIC_MARK
 from hooklint.static.semantic import SemanticModel
+from hooklint.static.tree_walk import walk_tree
 
 HELPER_NAME = "output_grad_hook"
 
@@ -68,7 +69,7 @@ def existing_helper(tree: ast.Module) -> str | None:
 
 def _identifiers(model: SemanticModel) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(model.tree):
+    for node in walk_tree(model.tree):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hooklint.static.flow import executed_nodes
 from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
+from hooklint.static.tree_walk import walk_tree
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ def own_class_takes_kwargs(tree: ast.Module, registration: ast.AST) -> str | Non
     cls = _enclosing_class(registration)
     if cls is None:
         return None
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    classes = [node for node in walk_tree(tree) if isinstance(node, ast.ClassDef)]
     family = {cls.name}
     grew = True
     while grew:

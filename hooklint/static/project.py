@@ -152,6 +152,10 @@ class ProjectIndex:
         self._all: list[dict[str, Any]] = []
         self._pending_aliases: list[tuple[str, dict[str, Any]]] = []
         self._memo: dict[tuple[str, frozenset[str]], list[Reason]] = {}
+        # call sites by the last name they call, in the order of the summaries (their paths): it depends on the
+        # summaries only, not on the names, so it is kept up to date as they come (rebuilt after each file the
+        # search for callers summarized, it cost 0.2 s over the corpus of bench/corpus.py)
+        self._by_last: dict[str, list[tuple[dict[str, Any], list[Any]]]] | None = None
         self._forget_names()
         self.changed()
         self._facts_of = facts
@@ -171,6 +175,12 @@ class ProjectIndex:
             self.modules[summary["module"]] = summary
         # in path order, for the same reason: ties between reasons go the same way in every run
         bisect.insort(self._all, summary, key=_summary_path)
+        if self._by_last is not None:
+            path = _summary_path(summary)
+            for site in summary["sites"]:
+                pairs = self._by_last.setdefault(site[0].rpartition(".")[2], [])
+                # after the sites of the summaries whose paths sort before or equal (as insort put it)
+                pairs.insert(bisect.bisect_right(pairs, path, key=lambda pair: _summary_path(pair[0])), (summary, site))
         self._pending_aliases += [(alias, summary) for alias in aliases if alias != summary["module"]]
         self._forget_names()
         self.changed()
@@ -199,7 +209,6 @@ class ProjectIndex:
         self._bases: dict[str, list[str]] = {}
         self._resolved: dict[str, tuple[str, bool] | None] = {}
         self._sites: dict[str, list[Site]] = {}
-        self._by_last: dict[str, list[tuple[dict[str, Any], list[Any]]]] | None = None
         self._children: dict[str, list[str]] | None = None
         self._call_names: dict[str, set[str]] = {}
         self._aliases: dict[str, set[str]] | None = None

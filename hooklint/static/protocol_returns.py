@@ -19,6 +19,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class DroppedReturn:
 
 
 def dropped_returns(tree: ast.Module) -> list[DroppedReturn]:
-    classes = {node.name: node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    classes = {node.name: node for node in walk_tree(tree) if isinstance(node, ast.ClassDef)}
     users: dict[str, ast.Call] | None = None  # the file's value uses, walked only once an override qualifies
     out: list[DroppedReturn] = []
     for cls in classes.values():
@@ -140,11 +141,11 @@ def _value_users(tree: ast.Module) -> dict[str, ast.Call]:
     """Method name -> a call ``x.name(...)`` of the file whose value is used
     (assigned, returned, passed on), not dropped as a statement."""
     parents: dict[int, ast.AST] = {}
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         for child in ast.iter_child_nodes(node):
             parents[id(child)] = node
     users: dict[str, ast.Call] = {}
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         parent = parents.get(id(node))

@@ -30,6 +30,7 @@ from typing import Iterator
 
 from hooklint.static.core import Core
 from hooklint.static.semantic import ClassInfo, FunctionNode, SemanticModel
+from hooklint.static.tree_walk import walk_tree
 
 SCOPE_CLASSES = frozenset({
     "torch.autograd.graph.saved_tensors_hooks",
@@ -408,6 +409,6 @@ def _own_calls(function: ast.AST) -> list[ast.Call]:
 
 
 def _all_calls(tree: ast.AST) -> Iterator[ast.Call]:
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, ast.Call):
             yield node

@@ -25,6 +25,8 @@ import ast
 from dataclasses import dataclass
 from typing import Iterator
 
+from hooklint.static.tree_walk import walk_tree
+
 # Names that only a file installing saved-tensor hooks spells.
 SAVED_TENSOR_HOOK_APIS = frozenset({"saved_tensors_hooks", "_push_saved_tensors_default_hooks"})
 TRIGGERS = ("saved_tensors_hooks", "saved_tensors_default_hooks")
@@ -46,7 +48,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 def uses_saved_tensor_hooks(tree: ast.Module) -> bool:
     """Does the file install saved-tensor hooks (the context manager, a subclass
     of it, or torch's default-hooks stack)?"""
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if isinstance(node, ast.Name) and node.id in SAVED_TENSOR_HOOK_APIS:
             return True
         if isinstance(node, ast.Attribute) and node.attr in SAVED_TENSOR_HOOK_APIS:
@@ -82,7 +84,7 @@ def _assignments(func: ast.AST) -> dict[str, list[ast.expr]]:
 
 
 def _functions(tree: ast.Module) -> list[Function]:
-    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [n for n in walk_tree(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def _method_name(call: ast.Call) -> str | None:
@@ -317,7 +319,7 @@ class Restride:
 
 def restrides(tree: ast.Module) -> list[Restride]:
     out = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         method = _method_name(node) if isinstance(node, ast.Call) else None
         if method not in {"as_strided", "set_"}:
             continue
@@ -475,7 +477,7 @@ def _hook_pairs(tree: ast.Module) -> list[tuple[ast.AST, ast.AST]]:
     """(pack, unpack) as passed to `saved_tensors_hooks(pack, unpack)`, to torch's
     default-hooks stack, or to `super().__init__(pack, unpack)` in a subclass."""
     out = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         if not (isinstance(node, ast.Call) and len(node.args) >= 2):
             continue
         func = node.func

@@ -328,6 +328,7 @@ class SemanticModel:
         self.exits = []
         for scope in self.scopes.values():  # Binding.scope <-> Scope.bindings
             scope.bindings = {}
+        self.tree.__dict__.pop("_hl_walk", None)  # hooklint.static.tree_walk: the tree <-> its node list
 
     @staticmethod
     def release_shared() -> None:
