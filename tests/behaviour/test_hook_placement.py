@@ -1,0 +1,54 @@
+"""Real torch: where hooks are placed and which modules they reach (HKL415, HKL337).
+
+Each test runs the shape a rule reports and its good twin on real modules.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+pytestmark = pytest.mark.torch
+
+
+def _blocks():
+    return nn.ModuleList(nn.Linear(3, 3) for _ in range(4))
+
+
+def _record(blocks, layer_nums, normalize):
+    seen = []
+    n = len(blocks)
+    wanted = None if layer_nums is None else ({k % n for k in layer_nums} if normalize else set(layer_nums))
+    handles = []
+    for num, block in enumerate(blocks):
+        if wanted is not None and num not in wanted:
+            continue
+        handles.append(block.register_forward_hook(lambda m, a, o, num=num: seen.append(num)))
+    x = torch.randn(2, 3)
+    for block in blocks:
+        x = block(x)
+    for h in handles:
+        h.remove()
+    return seen, len(handles)
+
+
+def test_negative_index_never_equals_an_enumerate_position():
+    """HKL415: `-1` (the last layer, for Python's indexing) is never a position,
+    so the last block gets no hook and nothing is recorded for it, silently."""
+    blocks = _blocks()
+    assert blocks[-1] is blocks[3]  # what the caller means by -1
+    seen, hooked = _record(blocks, [-1], normalize=False)
+    assert hooked == 0 and seen == []
+    seen, hooked = _record(blocks, [1, -1], normalize=False)
+    assert hooked == 1 and seen == [1]
+
+
+def test_normalized_indices_hook_the_layer_a_negative_index_names():
+    """The good twin: indices mapped with `k % n` hook the last block for -1."""
+    blocks = _blocks()
+    seen, hooked = _record(blocks, [-1], normalize=True)
+    assert hooked == 1 and seen == [3]
+    seen, hooked = _record(blocks, [1, -1], normalize=True)
+    assert seen == [1, 3]
