@@ -52,3 +52,44 @@ def test_normalized_indices_hook_the_layer_a_negative_index_names():
     assert hooked == 1 and seen == [3]
     seen, hooked = _record(blocks, [1, -1], normalize=True)
     assert seen == [1, 3]
+
+
+class _Delayed:
+    """horovod 0.16.2's shape: a countdown per parameter, keyed by the names the caller gave."""
+
+    def __init__(self, model, named_parameters, from_hooked_set):
+        self.params = list(model.parameters())
+        keys = self.params if from_hooked_set else [p for _, p in named_parameters]
+        self.delay = {p: 1 for p in keys}
+        self.accs = []
+        for p in self.params:
+            acc = p.expand_as(p).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(p))
+            self.accs.append(acc)
+
+    def _make_hook(self, p):
+        def hook(*unused):
+            self.delay[p] -= 1
+        return hook
+
+
+def test_hook_indexing_a_dict_keyed_by_another_collection_raises_in_backward():
+    """HKL337: hooks on every parameter, keys only for the named ones (none by
+    default): the AccumulateGrad hook raises KeyError inside backward()."""
+    model = nn.Linear(3, 2)
+    _Delayed(model, named_parameters=[], from_hooked_set=False)
+    with pytest.raises(KeyError):
+        model(torch.randn(4, 3)).sum().backward()
+    # a subset of names fails the same way for the parameters left out
+    model = nn.Linear(3, 2)
+    _Delayed(model, named_parameters=[("weight", model.weight)], from_hooked_set=False)
+    with pytest.raises(KeyError):
+        model(torch.randn(4, 3)).sum().backward()
+
+
+def test_dict_keyed_by_the_hooked_collection_counts_every_parameter():
+    """The good twin: keys from the collection the hooks are placed on."""
+    model = nn.Linear(3, 2)
+    delayed = _Delayed(model, named_parameters=[], from_hooked_set=True)
+    model(torch.randn(4, 3)).sum().backward()
+    assert sorted(delayed.delay.values()) == [0, 0]
