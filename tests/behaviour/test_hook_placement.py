@@ -93,3 +93,29 @@ def test_dict_keyed_by_the_hooked_collection_counts_every_parameter():
     delayed = _Delayed(model, named_parameters=[], from_hooked_set=True)
     model(torch.randn(4, 3)).sum().backward()
     assert sorted(delayed.delay.values()) == [0, 0]
+
+
+def _attribute(model, x):
+    """The HKL405 shape the rule now reports for hooks needing grad_input: every
+    leaf hooked, then the library runs the caller's model itself."""
+    def rescale(module, grad_input, grad_output):
+        return tuple(None if g is None else g * 0.5 for g in grad_input)
+
+    handles = [m.register_full_backward_hook(rescale) for m in model.modules() if not list(m.children())]
+    try:
+        x = x.detach().requires_grad_()
+        model(x).sum().backward()
+        return x.grad
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_library_forward_fails_when_the_callers_model_modifies_a_hooked_output_in_place():
+    """HKL405: with ReLU(inplace=True) after a hooked Linear (torchvision's style),
+    the library's own forward raises; the same model without in-place ops works."""
+    inplace = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True), nn.Linear(3, 1))
+    with pytest.raises(RuntimeError, match="BackwardHookFunction"):
+        _attribute(inplace, torch.randn(2, 3))
+    plain = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1))
+    assert _attribute(plain, torch.randn(2, 3)).shape == (2, 3)
