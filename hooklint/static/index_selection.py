@@ -75,6 +75,54 @@ def _by_enclosing_test(ctx: FileContext, call: ast.Call, func: ast.AST) -> tuple
             hit = _judge(ctx, call, compare, func, scope_node=call)
             if hit is not None:
                 return hit
+        for predicate, positive in _predicate_calls(test, positive=True):
+            hit = _by_predicate(ctx, call, predicate, positive)
+            if hit is not None:
+                return hit
+    return None
+
+
+def _predicate_calls(test: ast.expr, positive: bool) -> Iterator[tuple[ast.Call, bool]]:
+    """Calls whose truth the test decides: ``self._wanted(i)``, ``not keep(i)``, in ``and`` chains."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _predicate_calls(test.operand, not positive)
+    elif isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) == positive:
+        for value in test.values:
+            yield from _predicate_calls(value, positive)
+    elif isinstance(test, ast.Call):
+        yield test, positive
+
+
+def _by_predicate(ctx: FileContext, call: ast.Call, predicate: ast.Call, positive: bool) -> tuple | None:
+    """``if self._is_selected(i):`` where the helper returns ``i in self.layers``."""
+    value = ctx.inference.infer(predicate.func)
+    helper = getattr(value, "node", None)
+    if not isinstance(helper, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+    if params and params[0] in ("self", "cls") and isinstance(predicate.func, ast.Attribute):
+        params = params[1:]
+    for index, arg in enumerate(predicate.args):
+        if not isinstance(arg, ast.Name) or index >= len(params):
+            continue
+        producer = _position_producer(arg.id, call, predicate)
+        if producer is None:
+            continue
+        inner = params[index]
+        for ret in (n for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value is not None):
+            if ctx.model.enclosing_function(ret) is not helper:
+                continue
+            for compare in _membership_facts(ret.value, positive):
+                sides = [(compare.left, compare.comparators[0])]
+                if isinstance(compare.ops[0], (ast.Eq, ast.NotEq)):
+                    sides.append((compare.comparators[0], compare.left))
+                for counter, selection in sides:
+                    if not (isinstance(counter, ast.Name) and counter.id == inner):
+                        continue
+                    origin = _caller_supplied(ctx, selection, helper)
+                    if origin is None or _negatives_handled(ctx, selection, inner, helper):
+                        continue
+                    return compare, arg.id, producer, selection, origin
     return None
 
 
