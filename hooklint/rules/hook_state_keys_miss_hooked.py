@@ -100,7 +100,7 @@ class HookStateKeysMissHooked(Rule):
     summary = "A per-element hook indexes a dict keyed by another collection: an element without a key raises KeyError"
     severity = Severity.WARNING
     triggers = REGISTRATION_TRIGGERS
-    trigger_pattern = r"\bself\.\w+\[\w+\]"
+    trigger_pattern = r"\bself\.\w+\s*\["
     VALID: ClassVar[tuple[str, ...]] = (
         # keyed by the hooked collection itself
         "class Counter:\n"

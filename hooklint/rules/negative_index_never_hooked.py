@@ -88,7 +88,7 @@ class NegativeIndexNeverHooked(Rule):
     summary = "Hooks placed where a loop position is in the caller's indices: a negative index never matches"
     severity = Severity.WARNING
     triggers = REGISTRATION_TRIGGERS
-    trigger_pattern = r"enumerate\(|range\("
+    trigger_pattern = r"\b(?:enumerate|range)\s*\("
     VALID: ClassVar[tuple[str, ...]] = (
         # negative indices mapped to positions first
         "def record(model, layer_ids, out):\n"

@@ -101,9 +101,8 @@ def _per_element_candidates(ctx: FileContext) -> list[_Hooking]:
     (their signature differs) but which are placed per element the same way."""
     found = [_Hooking(r.call, r.hook_expr, r.hook) for r in ctx.hooks.registrations if _in_loop(r.call)]
     known = {id(h.call) for h in found}
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in ("register_hook", "register_prehook") and id(node) not in known \
+    for node in ctx.model.calls_of_method("register_hook", "register_prehook"):  # indexed once per file
+        if isinstance(node.func, ast.Attribute) and id(node) not in known \
                 and len(node.args) == 1 and not node.keywords and _in_loop(node) \
                 and ctx.hooks.is_autograd_node(node.func.value):
             hook = ctx.inference.callable_of(node.args[0])
