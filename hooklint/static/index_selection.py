@@ -153,7 +153,7 @@ def _membership_facts(test: ast.expr, positive: bool) -> Iterator[ast.Compare]:
 
 def _only_about(test: ast.expr, compare: ast.Compare) -> bool:
     """A presence check of the indices themselves (`s is not None`, `s`, `len(s) > 0`)."""
-    selection_names = {_text(compare.comparators[0]), _text(compare.left)}
+    selection_names = {_text(compare.comparators[0])} - {""}
     names = [n for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute))]
     if not names:
         return False
