@@ -79,6 +79,8 @@ _RULE_MODULES = (
     "hooklint.rules.function_apply_on_container",
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
+    "hooklint.rules.negative_index_never_hooked",
+    "hooklint.rules.hook_state_keys_miss_hooked",
 )
 
 

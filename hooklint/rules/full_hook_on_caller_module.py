@@ -13,6 +13,7 @@ from hooklint.static.handles import callers_code_run_after
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
 from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import built_in_file, outside_root
+from hooklint.static.runs_after import callers_model_run_after
 from hooklint.static.travel import EMPTY
 from hooklint.static.values import src
 from hooklint.static.tree_walk import walk_tree
@@ -69,8 +70,12 @@ class FullHookOnCallerModule(Rule):
     module any of them hooks is followed by one.  Not reported when the
     file switches in-place modules off itself (`module.inplace = False`), when
     the hook needs `grad_input` (the forward-hook pattern does not give the
-    gradient of the module's input as simply), or when the function runs the
-    hooked module itself.  A library that supports only models without
+    gradient of the module's input as simply; BackPACK documents that models
+    with in-place ops are unsupported) unless the code then runs the caller's
+    model itself with the hook in place, directly or through a method of its
+    object (shap's `DeepExplainer.shap_values` hooks every leaf and calls
+    `self.gradient(...)`, which runs `self.model`: its own forward is the one
+    that fails), or when the function runs the hooked module itself.  A library that supports only models without
     in-place ops can `ignore` the rule.
 
     Measured on 19 hook-heavy packages (5,360 files) and the releases of
@@ -190,6 +195,30 @@ class FullHookOnCallerModule(Rule):
             "    names = {m: n for n, m in model.named_modules() if isinstance(m, nn.Linear)}\n"
             "    return [m.register_full_backward_hook(log) for m in names]  # HKL405\n"
         ),
+        # the hook needs grad_input, but the object then runs the caller's model itself, one method further
+        Invalid(
+            "def rescale(module, grad_input, grad_output):\n"
+            "    return tuple(g * 0.5 if g is not None else None for g in grad_input)\n"
+            "class Explainer:\n"
+            "    def __init__(self, model):\n"
+            "        self.model = model\n"
+            "    def _hook_leaves(self, module):\n"
+            "        children = list(module.children())\n"
+            "        if not children:\n"
+            "            return [module.register_full_backward_hook(rescale)]  # HKL405\n"
+            "        return [h for c in children for h in self._hook_leaves(c)]\n"
+            "    def _grads(self, x):\n"
+            "        x.requires_grad_()\n"
+            "        self.model(x).sum().backward()\n"
+            "        return x.grad\n"
+            "    def explain(self, x):\n"
+            "        handles = self._hook_leaves(self.model)\n"
+            "        try:\n"
+            "            return self._grads(x)\n"
+            "        finally:\n"
+            "            for h in handles:\n"
+            "                h.remove()\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -200,8 +229,15 @@ class FullHookOnCallerModule(Rule):
         # a registration whose hook (through any call) needs grad_input: the pattern is no replacement
         needs_grad_input = {id(r.call) for r in instances if _needs_grad_input(r)}
         for reg in instances:
-            if id(reg.call) in seen or id(reg.call) in needs_grad_input or reg.is_global or reg.receiver is None:
+            if id(reg.call) in seen or reg.is_global or reg.receiver is None:
                 continue
+            runner = None
+            if id(reg.call) in needs_grad_input:
+                # no easy replacement, and the caller may keep its models free of in-place ops (BackPACK
+                # documents it); unless this code runs the caller's model itself with the hook in place
+                runner = callers_model_run_after(ctx, reg)
+                if runner is None:
+                    continue
             found = outside_root(ctx.model, ctx.inference, reg.receiver)
             if found is None:
                 continue
@@ -221,7 +257,7 @@ class FullHookOnCallerModule(Rule):
             seen.add(id(reg.call))
             kind = "full backward pre-hook" if reg.kind is HookKind.FULL_BACKWARD_PRE else "full backward hook"
             hook = f" `{reg.hook.name}`" if reg.hook is not None and reg.hook.name != "<lambda>" else ""
-            runner = _runs_callers_model(ctx, reg)
+            runner = runner or _runs_callers_model(ctx, reg)
             if runner is not None:
                 function = ctx.model.enclosing_function(runner)
                 name = f"`{function.name}`" if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) \

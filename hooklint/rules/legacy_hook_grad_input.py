@@ -12,7 +12,7 @@ from hooklint.static.bodies import name_uses
 from hooklint.static.context import FileContext
 from hooklint.static.forward import LEGACY_SAFE_BUILTINS, SAFE, UNKNOWN, ForwardAnalysis, LegacyVerdict
 from hooklint.static.hooks import Registration
-from hooklint.static.legacy import LEGACY_TRIGGERS, legacy_groups, site_notes
+from hooklint.static.legacy import LEGACY_TRIGGERS, input_grad_rebuilt, legacy_groups, site_notes
 from hooklint.static.passthrough import passed_on_unchanged
 from hooklint.static.values import ModuleValue, src
 
@@ -78,6 +78,14 @@ class LegacyHookGradInput(Rule):
     (`to_detach(input, cpu=c), to_detach(output, cpu=c)`).  What that code
     does with the value cannot be seen at the registration; the legacy
     registration is still reported by HKL101.
+
+    Nor is a legacy hook whose module also gets, from the same function, a
+    forward (pre-)hook that registers on the module's input tensor a tensor
+    hook returning a value (captum's DeepLift): that tensor hook receives the
+    gradient with respect to the real input and sets what flows on, so the
+    library corrects the misbound `grad_input` where it matters.  Whether it
+    corrects it for every module is not checked; a tensor hook that returns
+    nothing corrects nothing and does not count.
 
     The module and the hook are followed through the calls of the same file:
     a helper's parameters (`add_hook(net.fc, save_grad)`, several calls
@@ -196,6 +204,18 @@ class LegacyHookGradInput(Rule):
         "        self.handle = layer.register_backward_hook(self.on_grad)\n"
         "    def on_grad(self, module, grad_input, grad_output):\n"
         "        self.callback(module, [g.cpu() for g in grad_input], grad_output)\n",
+        # the module's input gradient is set at the input itself: a forward hook puts a tensor hook on
+        # the input that returns the recomputed gradient (captum's DeepLift), whatever op the legacy hook binds to
+        "saved = {}\n"
+        "def rescale(module, grad_input, grad_output):\n"
+        "    saved[module] = grad_input[0] * 0.5\n"
+        "def watch_input(module, args, output):\n"
+        "    first = args[0]\n"
+        "    first.register_hook(lambda g: saved.pop(module, g))\n"
+        "def attach(model):\n"
+        "    for layer in model.modules():\n"
+        "        layer.register_forward_hook(watch_input)\n"
+        "        layer.register_backward_hook(rescale)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -263,6 +283,18 @@ class LegacyHookGradInput(Rule):
             "    def hook_fn(self, module, input, output):\n"
             "        self.hook_func(module, summarize(input), output)\n"
         ),
+        # a tensor hook on the module's input that only logs replaces nothing: grad_input is still misread
+        Invalid(
+            "def rescale(module, grad_input, grad_output):\n"
+            "    return (grad_input[0] * 0.5,)\n"
+            "def log_input_grad(g):\n"
+            "    print(g.norm())\n"
+            "def watch_input(module, inputs):\n"
+            "    inputs[0].register_hook(log_input_grad)\n"
+            "def attach(layer):\n"
+            "    layer.register_forward_pre_hook(watch_input)\n"
+            "    layer.register_backward_hook(rescale)  # HKL101, HKL102\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -285,6 +317,8 @@ class LegacyHookGradInput(Rule):
         uses = grad_input_uses(ctx, reg, gi)
         if not uses or all(passed_on_unchanged(ctx.model, reg.hook.node, use) for use in uses):
             return None
+        if input_grad_rebuilt(ctx, reg) is not None:
+            return None  # a tensor hook on the module's input sets the gradient the input receives
         first = uses[0]
         what = _use_kind(first)
         pairs, links = [], []

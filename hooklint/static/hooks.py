@@ -477,6 +477,10 @@ class HookIndex:
         hook = self.inference.callable_of(hook_expr) if hook_expr is not None else None
         return Registration(call, kind, receiver, value, hook_expr, hook, with_kwargs=_with_kwargs(call))
 
+    def is_autograd_node(self, receiver: ast.expr) -> bool:
+        """Is ``receiver`` an autograd Node (its ``register_hook`` is a Node hook)?"""
+        return self._is_autograd_node(receiver)
+
     def _is_autograd_node(self, receiver: ast.expr, depth: int = 0) -> bool:
         """``y.grad_fn``, ``fn.next_functions[0][0]``, or a name holding one
         (``grad_fn = y.grad_fn``; a parameter called ``grad_fn``, as in torch's

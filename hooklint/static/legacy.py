@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from hooklint.findings import Related
 from hooklint.static.context import FileContext
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, HookKind, Registration
@@ -46,3 +48,63 @@ def site_notes(ctx: FileContext, group: list[Registration], limit: int = 4) -> l
         if len(notes) >= limit:
             break
     return notes
+
+
+def input_grad_rebuilt(ctx: FileContext, reg: Registration) -> ast.Call | None:
+    """The tensor-hook registration that replaces the gradient of the hooked
+    module's input, when the code that registers the legacy hook ``reg`` also
+    gives the same module a forward (pre-)hook that registers, on the module's
+    input tensor, a tensor hook returning a value.
+
+    A tensor hook on the input fires with the gradient with respect to that
+    input, whatever op the legacy hook bound to, and what it returns is the
+    gradient that flows on: the library fixes the module's input gradient at
+    the input itself (captum's DeepLift recomputes it for modules whose
+    forward runs several ops).  ``grad_input`` is then not what the module's
+    input receives."""
+    func = ctx.model.enclosing_function(reg.call)
+    if func is None or not isinstance(reg.receiver, ast.Name):
+        return None
+    for fwd in ctx.hooks.registrations:
+        if fwd.kind not in (HookKind.FORWARD_PRE, HookKind.FORWARD) or fwd.hook is None \
+                or not isinstance(fwd.receiver, ast.Name) or fwd.receiver.id != reg.receiver.id \
+                or ctx.model.enclosing_function(fwd.call) is not func:
+            continue
+        inputs = fwd.param("input")
+        if inputs is None:
+            continue
+        found = _tensor_hook_on_input(ctx, fwd.hook.node, inputs)
+        if found is not None:
+            return found
+    return None
+
+
+def _tensor_hook_on_input(ctx: FileContext, hook: ast.AST, inputs: str) -> ast.Call | None:
+    """A ``register_hook`` in ``hook``'s body on (a part of) its ``inputs``
+    parameter, whose callable returns a value."""
+    derived = {inputs}
+    for node in ast.walk(hook):  # `inputs = _as_tuple(inputs)`: still the module's input
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and any(isinstance(n, ast.Name) and n.id in derived for n in ast.walk(node.value)):
+            derived.add(node.targets[0].id)
+    for tensor in ctx.hooks.registrations:
+        if tensor.kind is not HookKind.TENSOR or tensor.hook is None or tensor.receiver is None:
+            continue
+        if ctx.model.enclosing_function(tensor.call) is not hook:
+            continue
+        root = tensor.receiver
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if not (isinstance(root, ast.Name) and root.id in derived):
+            continue
+        if _returns_value(ctx, tensor.hook.node):
+            return tensor.call
+    return None
+
+
+def _returns_value(ctx: FileContext, func: ast.AST) -> bool:
+    if isinstance(func, ast.Lambda):
+        return not (isinstance(func.body, ast.Constant) and func.body.value is None)
+    own = [n for n in ast.walk(func) if isinstance(n, ast.Return) and ctx.model.enclosing_function(n) is func]
+    return any(r.value is not None and not (isinstance(r.value, ast.Constant) and r.value.value is None)
+               for r in own)

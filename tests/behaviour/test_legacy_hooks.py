@@ -118,3 +118,60 @@ def test_legacy_hook_deprecation_is_only_a_runtime_warning():
         net(torch.rand(4, requires_grad=True)).sum().backward()
     messages = [str(w.message) for w in caught]
     assert any("non-full backward hook" in m for m in messages), messages
+
+
+class TwoOps(nn.Module):
+    """A forward of two ops: a legacy hook binds to the second (the `* 3`)."""
+
+    def forward(self, x):
+        return torch.tanh(x) * 3
+
+
+def test_tensor_hook_on_the_input_sets_the_input_gradient_whatever_the_legacy_hook_binds_to():
+    """HKL102's exemption (captum's DeepLift): the legacy hook's grad_input is the
+    `* 3` node's input gradient, not the module's; a tensor hook put on the input
+    by a forward pre-hook receives the real input gradient and its return value is
+    what the input gets, so a library that rebuilds the gradient there is right."""
+    layer = TwoOps()
+    x = torch.randn(5, requires_grad=True)
+    seen_legacy, seen_input = [], []
+
+    def legacy(module, grad_input, grad_output):
+        seen_legacy.append(grad_input[0].clone())
+
+    def pre(module, inputs):
+        inputs[0].register_hook(lambda g: (seen_input.append(g.clone()), torch.full_like(g, 7.0))[1])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer.register_backward_hook(legacy)
+    layer.register_forward_pre_hook(pre)
+    layer(x).sum().backward()
+    true_input_grad = 3 * (1 - torch.tanh(x.detach()) ** 2)
+    # the legacy hook's grad_input is the gradient at tanh's output (3 everywhere), not the module's input
+    assert torch.allclose(seen_legacy[0], torch.full_like(x, 3.0))
+    assert not torch.allclose(seen_legacy[0], true_input_grad)
+    # the tensor hook on the input sees the real input gradient, and what it returns is what x gets
+    assert torch.allclose(seen_input[0], true_input_grad)
+    assert torch.equal(x.grad, torch.full_like(x, 7.0))
+
+
+def test_tensor_hook_returning_nothing_leaves_the_input_gradient_alone():
+    """The twin: a tensor hook on the input that returns None changes nothing, so
+    it does not correct anything a legacy hook computed from the wrong grad_input."""
+    layer = TwoOps()
+    x = torch.randn(5, requires_grad=True)
+
+    def legacy(module, grad_input, grad_output):
+        return (grad_input[0] * 0.5,) + tuple(grad_input[1:])
+
+    def pre(module, inputs):
+        inputs[0].register_hook(lambda g: None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        layer.register_backward_hook(legacy)
+    layer.register_forward_pre_hook(pre)
+    layer(x).sum().backward()
+    # the legacy hook halved the gradient at the `* 3` node: the input gets half its true gradient
+    assert torch.allclose(x.grad, 1.5 * (1 - torch.tanh(x.detach()) ** 2))
