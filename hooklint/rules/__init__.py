@@ -76,6 +76,7 @@ _RULE_MODULES = (
     "hooklint.rules.function_saved_subset_misindexed",
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
+    "hooklint.rules.function_ctx_attribute_unset",
 )
 
 
