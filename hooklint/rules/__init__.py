@@ -77,6 +77,7 @@ _RULE_MODULES = (
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
     "hooklint.rules.function_ctx_attribute_unset",
+    "hooklint.rules.handle_overwritten_in_loop",
 )
 
 
