@@ -78,6 +78,7 @@ _RULE_MODULES = (
     "hooklint.rules.capture_wrapper_replaces_module",
     "hooklint.rules.function_ctx_attribute_unset",
     "hooklint.rules.handle_overwritten_in_loop",
+    "hooklint.rules.post_accumulate_hook_after_grad_cleared",
 )
 
 
