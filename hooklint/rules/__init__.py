@@ -79,6 +79,7 @@ _RULE_MODULES = (
     "hooklint.rules.function_ctx_attribute_unset",
     "hooklint.rules.handle_overwritten_in_loop",
     "hooklint.rules.post_accumulate_hook_after_grad_cleared",
+    "hooklint.rules.hook_tuple_argument_misread",
 )
 
 
