@@ -81,10 +81,16 @@ def _aliases(ctx: FileContext, body: ast.AST, param: str) -> dict[str, ast.AST]:
 
 
 def _type_tested(node: ast.AST, param: str) -> bool:
+    """The hook asks what the value is before using it: `isinstance(args, tuple)`, or any call given it in a
+    condition (`is_listy(input)`): the access may sit on a branch that never runs."""
     for n in ast.walk(node):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("isinstance", "type", "hasattr") \
                 and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == param:
             return True
+        if isinstance(n, (ast.If, ast.IfExp, ast.While, ast.Assert)):
+            for c in ast.walk(n.test):
+                if isinstance(c, ast.Call) and any(isinstance(a, ast.Name) and a.id == param for a in c.args):
+                    return True
     return False
 
 

@@ -84,8 +84,9 @@ def late_grad_reads(ctx: FileContext) -> list[LateGradRead]:
         reads = _grad_reads(r.hook.node, param)  # type: ignore[union-attr]
         if reads:
             readers.append((r, reads[0][0], reads[0][1]))
-    # Which tensors two registrations share is known only when one body makes both (then the order is
-    # known too); across functions the pair is judged only when the file has a single clearing hook and the
+    # Which tensors two registrations share is known only when one body makes both on a receiver written
+    # the same way (then the order is known too); across functions the pair is judged only when the file
+    # has a single clearing hook, both receivers are plain names (loop variables, parameters) and the
     # reader's function registers no other post-accumulate-grad hook (a step hook that keeps the grad).
     distinct_clearers = {id(c.hook.node) for c, _ in clearers}  # type: ignore[union-attr]
     out: list[LateGradRead] = []
@@ -93,10 +94,12 @@ def late_grad_reads(ctx: FileContext) -> list[LateGradRead]:
     for reader, read, guarded in readers:
         if id(read) in seen:
             continue
-        local = [(c, x) for c, x in clearers if _same_function(ctx, c, reader)]
+        local = [(c, x) for c, x in clearers if _same_function(ctx, c, reader) and _same_receiver(c, reader)]
         alone = not any(_same_function(ctx, r, reader) and r.hook.node is not reader.hook.node  # type: ignore
                         for r in regs)
-        candidates = local if local else (clearers if len(distinct_clearers) == 1 and alone else [])
+        across = [(c, x) for c, x in clearers
+                  if isinstance(c.receiver, ast.Name) and isinstance(reader.receiver, ast.Name)]
+        candidates = local if local else (across if len(distinct_clearers) == 1 and alone else [])
         for clearer, clear in candidates:
             if clearer.hook.node is reader.hook.node:  # type: ignore[union-attr]
                 continue
@@ -106,6 +109,12 @@ def late_grad_reads(ctx: FileContext) -> list[LateGradRead]:
             out.append(LateGradRead(reader, read, guarded, clearer, clear))
             break
     return out
+
+
+def _same_receiver(a: Registration, b: Registration) -> bool:
+    """Written the same (`p` of two loops over the parameters, `layer.weight` twice): the same tensors as far
+    as the text shows; `second.weight` and `second.bias` are not."""
+    return a.receiver is not None and b.receiver is not None and ast.unparse(a.receiver) == ast.unparse(b.receiver)
 
 
 def _same_function(ctx: FileContext, a: Registration, b: Registration) -> bool:
