@@ -81,6 +81,10 @@ _RULE_MODULES = (
     "hooklint.rules.capture_wrapper_replaces_module",
     "hooklint.rules.negative_index_never_hooked",
     "hooklint.rules.hook_state_keys_miss_hooked",
+    "hooklint.rules.function_ctx_attribute_unset",
+    "hooklint.rules.handle_overwritten_in_loop",
+    "hooklint.rules.post_accumulate_hook_after_grad_cleared",
+    "hooklint.rules.hook_tuple_argument_misread",
 )
 
 

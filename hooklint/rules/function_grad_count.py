@@ -129,7 +129,11 @@ class _Values:
         if depth > 6:
             return False
         if isinstance(expr, ast.Name):
-            return expr.id in self.fn.grad_params
+            if expr.id in self.fn.grad_params:
+                return True
+            # a local bound only to tensors (`g = grad_output.clone()`) is one too
+            values = self._assigned_values(expr)
+            return bool(values) and all(self.tensor(v, depth + 1) for v in values)
         if isinstance(expr, ast.UnaryOp):
             return self.tensor(expr.operand, depth + 1)
         if isinstance(expr, ast.BinOp):
