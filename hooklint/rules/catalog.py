@@ -316,7 +316,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
    'Deconvolution',
    'GuidedGradCam',
    'self.apply('),
-  'register_forward_hook|register_forward_pre_hook|register_backward_hook|register_full_backward_hook|register_full_backward_pre_hook|register_hook|register_post_accumulate_grad_hook|register_module_forward_hook|register_module_forward_pre_hook|register_module_backward_hook|register_module_full_backward_hook|register_module_full_backward_pre_hook|\\}_hook|%s_hook|"_hook"|\'_hook\'|DeepLift|GuidedBackprop|Deconvolution|\\.apply\\(',
+  'register_forward_hook|register_forward_pre_hook|register_backward_hook|register_full_backward_hook|register_full_backward_pre_hook|register_hook|register_post_accumulate_grad_hook|register_module_forward_hook|register_module_forward_pre_hook|register_module_backward_hook|register_module_full_backward_hook|register_module_full_backward_pre_hook|\\}_hook|%s_hook|"_hook"|\'_hook\'|DeepLift|GuidedBackprop|Deconvolution|\\.apply\\(|\\.(?:__class__|forward)[ '
+  '\\t]*=[^=]',
   True),
  ('HKL316',
   'handle-list-never-emptied',
