@@ -1,0 +1,158 @@
+"""Hooks of other parties held by a module: tested for their kind, then removed whatever the test said.
+
+A module can carry another library's forward-wrapping hook: accelerate's
+``add_hook_to_module`` keeps it in ``module._hf_hook`` (and the original
+forward in ``module._old_forward``), and ``remove_hook_from_module(module)``
+takes off whatever hook is there, whoever attached it.  Code that tests the
+hook's kind (``isinstance(module._hf_hook, CpuOffload)``) knows that some
+hooks are the ones it can handle and others are not; a removal that runs
+whatever the test said drops the other kinds for good (diffusers'
+``load_lora_weights``: only the two offload kinds it recognised were put
+back).
+
+Never imports torch, never runs the checked code.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from hooklint.static.context import FileContext
+
+# the attribute a module's third-party hook lives in, and the calls that take it off
+HOOK_ATTRIBUTES = frozenset({"_hf_hook"})
+REMOVERS = frozenset({"remove_hook_from_module", "remove_hook_from_submodules"})
+# the calls that put a hook (back) on a module
+ADDERS = frozenset({"add_hook_to_module", "attach_align_device_hook", "attach_align_device_hook_on_blocks",
+                    "cpu_offload_with_hook", "dispatch_model"})
+
+
+@dataclass(frozen=True)
+class UncheckedRemoval:
+    call: ast.Call  # the removal
+    module: str  # the module expression, as written
+    checks: tuple[ast.Call, ...]  # the kind tests of the hook the removal does not depend on
+
+
+def removals_ignoring_kind(ctx: "FileContext") -> Iterator[UncheckedRemoval]:
+    """Removals of a module's third-party hook, in a function that tests the
+    hook's kind (``isinstance(<m>._hf_hook, X)``, through ``getattr`` or a
+    local holding the hook too), when the removal depends on no such test
+    (it is not inside an ``if`` whose test holds one, or a name assigned from
+    one) and the function puts back no hook on that module."""
+    for call in ctx.model.calls_of_method(*REMOVERS) + _name_calls(ctx):
+        if not call.args:
+            continue
+        qual = ctx.model.qualify(call.func) or ""
+        if not (qual.startswith("accelerate.") and qual.rsplit(".", 1)[-1] in REMOVERS):
+            continue
+        func = ctx.model.enclosing_function(call)
+        if func is None:
+            continue
+        target = ast.unparse(call.args[0])
+        checks = list(_kind_checks(func, target))
+        if not checks:
+            continue
+        flags = _flags_from(func, checks)
+        if _guarded(call, func, checks, flags):
+            continue
+        if _puts_back(ctx, func, target):
+            continue
+        yield UncheckedRemoval(call, target, tuple(checks))
+
+
+def _name_calls(ctx: "FileContext") -> list[ast.Call]:
+    """``f(...)`` calls whose name is bound by an import (``remove_hook_from_module``
+    under its own name or an alias)."""
+    out: list[ast.Call] = []
+    for name, calls in ctx.model.name_calls.items():
+        bindings = ctx.model.module_scope.bindings.get(name, ())
+        if any(b.kind == "import" for b in bindings) or name in REMOVERS:
+            out.extend(calls)
+    return out
+
+
+def _hook_of(expr: ast.AST, target: str, aliases: set[str]) -> bool:
+    """``<target>._hf_hook``, ``getattr(<target>, "_hf_hook")``, their parts
+    (``<target>._hf_hook.hooks[0]``), or a local holding one."""
+    while isinstance(expr, (ast.Subscript, ast.Attribute)) and not (
+            isinstance(expr, ast.Attribute) and expr.attr in HOOK_ATTRIBUTES):
+        expr = expr.value
+    if isinstance(expr, ast.Attribute):
+        return ast.unparse(expr.value) == target
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "getattr" \
+            and len(expr.args) >= 2 and isinstance(expr.args[1], ast.Constant) \
+            and expr.args[1].value in HOOK_ATTRIBUTES:
+        return ast.unparse(expr.args[0]) == target
+    return isinstance(expr, ast.Name) and expr.id in aliases
+
+
+def _kind_checks(func: ast.AST, target: str) -> Iterator[ast.Call]:
+    aliases = {node.targets[0].id for node in ast.walk(func)
+               if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+               and _hook_of(node.value, target, set())}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+                and len(node.args) == 2 and _hook_of(node.args[0], target, aliases):
+            yield node
+
+
+def _flags_from(func: ast.AST, checks: list[ast.Call]) -> set[str]:
+    """Names assigned from an expression holding a kind test (``is_offload =
+    isinstance(m._hf_hook, CpuOffload)``), and names assigned from those."""
+    ids = {id(check) for check in checks}
+    flags: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(func):
+            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name) and t.id not in flags]
+            if not names:
+                continue
+            if any(id(sub) in ids or isinstance(sub, ast.Name) and sub.id in flags for sub in ast.walk(node.value)):
+                flags.update(names)
+                changed = True
+    return flags
+
+
+def _guarded(call: ast.Call, func: ast.AST, checks: list[ast.Call], flags: set[str]) -> bool:
+    ids = {id(check) for check in checks}
+    cur = getattr(call, "_hl_parent", None)
+    child: ast.AST = call
+    while cur is not None and cur is not func:
+        if isinstance(cur, (ast.If, ast.While, ast.IfExp)) and child is not cur.test:
+            for sub in ast.walk(cur.test):
+                if id(sub) in ids or isinstance(sub, ast.Name) and sub.id in flags:
+                    return True
+        if isinstance(cur, ast.BoolOp):
+            for sub in ast.walk(cur):
+                if id(sub) in ids or isinstance(sub, ast.Name) and sub.id in flags:
+                    return True
+        child = cur
+        cur = getattr(cur, "_hl_parent", None)
+    # `if not is_offload: return` (or `continue`) ahead of the removal
+    for node in ast.walk(func):
+        if not isinstance(node, ast.If) or node.lineno >= call.lineno:
+            continue
+        if not any(isinstance(stmt, (ast.Return, ast.Continue, ast.Break, ast.Raise)) for stmt in node.body):
+            continue
+        if any(id(sub) in ids or isinstance(sub, ast.Name) and sub.id in flags for sub in ast.walk(node.test)):
+            return True
+    return False
+
+
+def _puts_back(ctx: "FileContext", func: ast.AST, target: str) -> bool:
+    """Does the function put a hook on the module again (``add_hook_to_module(<target>, ...)``)?"""
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name in ADDERS and ast.unparse(node.args[0]) == target:
+            return True
+    return False
