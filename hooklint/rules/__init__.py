@@ -68,6 +68,7 @@ _RULE_MODULES = (
     "hooklint.rules.forward_rewrapped_per_object",
     "hooklint.rules.foreign_hooks_assumed_own",
     "hooklint.rules.foreign_hook_removed_whatever_kind",
+    "hooklint.rules.instance_state_picks_forward_wrapper",
     "hooklint.rules.handles_on_caller_object",
     "hooklint.rules.hook_replayed_without_kwargs",
     "hooklint.rules.hook_override_drops_return",

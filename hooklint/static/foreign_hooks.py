@@ -156,3 +156,111 @@ def _puts_back(ctx: "FileContext", func: ast.AST, target: str) -> bool:
         if name in ADDERS and ast.unparse(node.args[0]) == target:
             return True
     return False
+
+
+# --- a module's own state read off its instance __dict__ (HKL334) ------------------------------
+
+# what a forward wrapper installs on the instance: any `module.forward = wrapper` (nnsight, torch
+# function patchers), and accelerate's add_hook_to_module (the hook and the original forward)
+WRAPPER_ATTRIBUTES = ("forward", "_hf_hook", "_old_forward")
+
+
+@dataclass(frozen=True)
+class InstanceStateRead:
+    read: ast.AST  # `self.__dict__` or `vars(self)`
+    excluded: tuple[str, ...]  # the names the code leaves out
+    where: ast.AST  # where the exclusion is spelled (the set, or its class attribute)
+    missing: tuple[str, ...]  # the wrapper attributes the exclusion misses
+
+
+def instance_state_reads(ctx: "FileContext") -> Iterator[InstanceStateRead]:
+    """``self.__dict__`` (or ``vars(self)``) in a method of an ``nn.Module``
+    class, narrowed by a fixed set of names the code spells (``keys() -
+    SKIP``, ``if k not in SKIP``) that leaves out none of the instance
+    attributes a forward wrapper adds (``forward``, accelerate's ``_hf_hook``
+    and ``_old_forward``): the code takes every other instance attribute for
+    its own state."""
+    for info in ctx.model.classes.values():
+        if ctx.model.is_module_class(info) is not True:
+            continue
+        for node in ast.walk(info.node):
+            if not _reads_own_dict(node):
+                continue
+            method = ctx.model.enclosing_function(node)
+            if method is None or ctx.model.enclosing_class(method) is not info:
+                continue
+            exclusion = _exclusion_of(ctx, info, node)
+            if exclusion is None:
+                continue
+            names, where = exclusion
+            if "forward" in names:
+                continue  # the instance forward is left out: the wrapper's attributes are thought of
+            missing = tuple(name for name in WRAPPER_ATTRIBUTES if name not in names)
+            yield InstanceStateRead(node, tuple(sorted(names)), where, missing)
+
+
+def _reads_own_dict(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__" and isinstance(node.value, ast.Name) \
+            and node.value.id == "self" and isinstance(node.ctx, ast.Load):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" \
+        and len(node.args) == 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+
+
+def _exclusion_of(ctx: "FileContext", info, read: ast.AST) -> tuple[set[str], ast.AST] | None:
+    """The fixed names ``read``'s keys are narrowed by, in the expression
+    around it: ``<read>.keys() - S`` (S a set literal, or a class attribute
+    or module constant holding one), or a comprehension over ``<read>``
+    (``.items()``/``.keys()``) filtered by ``k not in S``."""
+    cur = getattr(read, "_hl_parent", None)
+    if isinstance(cur, ast.Attribute) and cur.attr in ("keys", "items"):
+        cur = getattr(getattr(cur, "_hl_parent", None), "_hl_parent", None)  # past the call
+    for _ in range(6):
+        if cur is None or isinstance(cur, ast.stmt):
+            return None
+        if isinstance(cur, ast.BinOp) and isinstance(cur.op, ast.Sub):
+            found = _names_of_set(ctx, info, cur.right)
+            if found is not None:
+                return found, cur.right
+        if isinstance(cur, (ast.DictComp, ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            for generator in cur.generators:
+                if not any(sub is read for sub in ast.walk(generator.iter)):
+                    continue
+                for cond in generator.ifs:
+                    if isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], ast.NotIn):
+                        found = _names_of_set(ctx, info, cond.comparators[0])
+                        if found is not None:
+                            return found, cond.comparators[0]
+            return None
+        cur = getattr(cur, "_hl_parent", None)
+    return None
+
+
+def _names_of_set(ctx: "FileContext", info, expr: ast.AST) -> set[str] | None:
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.BitOr, ast.Sub)):
+        left = _names_of_set(ctx, info, expr.left)
+        right = _names_of_set(ctx, info, expr.right)
+        if left is None or right is None:
+            return None
+        return left | right if isinstance(expr.op, ast.BitOr) else left
+    if isinstance(expr, (ast.Set, ast.List, ast.Tuple)):
+        names = {e.value for e in expr.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        return names if len(names) == len(expr.elts) else None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("set", "frozenset") \
+            and len(expr.args) == 1:
+        return _names_of_set(ctx, info, expr.args[0])
+    attr = None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in ("self", info.name):
+        attr = expr.attr
+    if attr is not None:
+        for stmt in info.node.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if any(isinstance(t, ast.Name) and t.id == attr for t in targets) and stmt.value is not None:
+                    return _names_of_set(ctx, info, stmt.value)
+        return None
+    if isinstance(expr, ast.Name):
+        for stmt in ctx.tree.body if hasattr(ctx, "tree") else ():
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in stmt.targets):
+                return _names_of_set(ctx, info, stmt.value)
+    return None
