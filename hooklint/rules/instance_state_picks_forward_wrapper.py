@@ -81,7 +81,7 @@ class InstanceStatePicksForwardWrapper(Rule):
     summary = "A module's own state is read off its instance __dict__ minus names that miss a forward wrapper's"
     severity = Severity.WARNING
     triggers = ("self.__dict__", "vars(self)")
-    trigger_pattern = r"not in|\s-\s"
+    trigger_pattern = r"not\s+in|-"
     VALID: ClassVar[tuple[str, ...]] = (
         # the skip list leaves out the instance forward and accelerate's attributes
         "import torch.nn as nn\n"

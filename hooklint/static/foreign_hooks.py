@@ -264,3 +264,77 @@ def _names_of_set(ctx: "FileContext", info, expr: ast.AST) -> set[str] | None:
             if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in stmt.targets):
                 return _names_of_set(ctx, info, stmt.value)
     return None
+
+
+# --- handles kept on the shared object and removed by whoever finds them (HKL335) ---------------
+
+
+@dataclass(frozen=True)
+class FoundHandleRemoval:
+    call: ast.Call  # `<holder>.<attr>.remove()`
+    attr: str
+    holder: str  # the object the handle was read off, as written
+    stored: ast.AST  # where the file keeps a handle under that attribute of a shared object
+
+
+def removals_of_found_handles(ctx: "FileContext") -> Iterator[FoundHandleRemoval]:
+    """``<holder>.<attr>.remove()`` in a method, when the file keeps a hook
+    handle under ``<attr>`` on an object other than ``self`` (the hooked
+    module, a function installed as its forward: ``wrapper.__handle__ =
+    module.register_forward_hook(...)``), so whoever finds the handle there
+    removes it, and nothing before the removal compares the holder with
+    ``self`` (the object that stored it could be another instance)."""
+    stores = _handle_stores(ctx)
+    if not stores:
+        return
+    for call in ctx.model.calls_of_method("remove"):
+        if call.args or call.keywords or not isinstance(call.func, ast.Attribute):
+            continue
+        handle = call.func.value
+        if not isinstance(handle, ast.Attribute) or handle.attr not in stores:
+            continue
+        root = handle.value
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == "self":
+            continue  # kept on the object itself: its own
+        method = ctx.model.enclosing_function(call)
+        if method is None or ctx.model.enclosing_class(method) is None:
+            continue
+        if _compares_with_self(method, call):
+            continue
+        yield FoundHandleRemoval(call, handle.attr, ast.unparse(handle.value), stores[handle.attr])
+
+
+def _handle_stores(ctx: "FileContext") -> dict[str, ast.AST]:
+    """Attribute names under which the file keeps a registration's handle on
+    an object other than ``self``."""
+    calls = {id(reg.call) for reg in ctx.hooks.registrations if reg.kind.is_module}
+    if not calls:
+        return {}
+    assigns = [node for node in ast.walk(ctx.tree) if isinstance(node, ast.Assign) and len(node.targets) == 1]
+    handle_names = {(id(ctx.model.enclosing_function(node)), node.targets[0].id): True for node in assigns
+                    if isinstance(node.targets[0], ast.Name) and id(node.value) in calls}
+    out: dict[str, ast.AST] = {}
+    for node in assigns:
+        target, value = node.targets[0], node.value
+        if not isinstance(target, ast.Attribute):
+            continue
+        root = target.value
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == "self":
+            continue
+        is_handle = id(value) in calls or isinstance(value, ast.Name) and \
+            handle_names.get((id(ctx.model.enclosing_function(node)), value.id), False)
+        if is_handle:
+            out.setdefault(target.attr, node)
+    return out
+
+
+def _compares_with_self(method: ast.AST, call: ast.Call) -> bool:
+    for node in ast.walk(method):
+        if isinstance(node, ast.Compare) and node.lineno <= call.lineno and any(
+                isinstance(sub, ast.Name) and sub.id == "self" for sub in ast.walk(node)):
+            return True
+    return False
