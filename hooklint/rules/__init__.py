@@ -70,6 +70,7 @@ _RULE_MODULES = (
     "hooklint.rules.foreign_hook_removed_whatever_kind",
     "hooklint.rules.instance_state_picks_forward_wrapper",
     "hooklint.rules.found_handle_removed",
+    "hooklint.rules.hook_protocol_template_inlined",
     "hooklint.rules.handles_on_caller_object",
     "hooklint.rules.hook_replayed_without_kwargs",
     "hooklint.rules.hook_override_drops_return",
