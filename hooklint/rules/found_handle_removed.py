@@ -32,7 +32,10 @@ class FoundHandleRemoved(Rule):
 
     ## Known problems
     Only handles stored and removed through attribute names the same file
-    spells are matched.  The severity is *warning*: two wrappers must share
+    spells are matched, and only removals in a method of the wrapper's class
+    itself (the object's own act on a module it is handed); a helper nested
+    in a method and applied over the model (a profiler's teardown through
+    `model.apply`) is not reported.  The severity is *warning*: two wrappers must share
     the module for it to matter.
 
     ## Example

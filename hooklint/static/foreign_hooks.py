@@ -299,8 +299,8 @@ def removals_of_found_handles(ctx: "FileContext") -> Iterator[FoundHandleRemoval
         if isinstance(root, ast.Name) and root.id == "self":
             continue  # kept on the object itself: its own
         method = ctx.model.enclosing_function(call)
-        if method is None or ctx.model.enclosing_class(method) is None:
-            continue
+        if not _is_direct_method(method):
+            continue  # a helper nested in a method (a teardown applied over the modules): not the object's own act
         if _compares_with_self(method, call):
             continue
         yield FoundHandleRemoval(call, handle.attr, ast.unparse(handle.value), stores[handle.attr])
@@ -338,3 +338,11 @@ def _compares_with_self(method: ast.AST, call: ast.Call) -> bool:
                 isinstance(sub, ast.Name) and sub.id == "self" for sub in ast.walk(node)):
             return True
     return False
+
+
+def _is_direct_method(func: ast.AST | None) -> bool:
+    """A method defined in a class body whose first parameter is ``self``."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    args = func.args.posonlyargs + func.args.args
+    return isinstance(getattr(func, "_hl_parent", None), ast.ClassDef) and bool(args) and args[0].arg == "self"

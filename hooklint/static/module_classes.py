@@ -250,8 +250,9 @@ def private_unhooked_local(ctx: "FileContext", receiver: ast.AST, call: ast.Call
     loop = _outermost_loop(call, scope_node)
     before = (call.lineno, call.col_offset)
     stores = 0
+    inside_value = {id(sub) for sub in ast.walk(value)}  # `model = Wrapper(model)`: the old object
     for node in ast.walk(scope_node):
-        if not (isinstance(node, ast.Name) and node.id == receiver.id) or node is receiver:
+        if not (isinstance(node, ast.Name) and node.id == receiver.id) or node is receiver or id(node) in inside_value:
             continue
         if (node.lineno, node.col_offset) > before and not (loop is not None and _inside(node, loop)) \
                 and isinstance(node.ctx, ast.Load):
