@@ -292,6 +292,8 @@ class ForwardBypassesHooks(Rule):
             if not isinstance(value, ModuleValue):
                 # a parameter or attribute declared as a class of another file (`attention: Attention`)
                 declared = declared_class(ctx, func.value)
+                if declared is not None and declared.split(".")[0] == "torch":
+                    declared = None  # torch's classes are the tables' business (a fresh fx GraphModule has no hooks)
                 answer = ctx.project.module_class(declared) if declared is not None else None
                 if not answer or answer[0] is not True or answer[1]:
                     continue

@@ -303,6 +303,8 @@ def removals_of_found_handles(ctx: "FileContext") -> Iterator[FoundHandleRemoval
             continue  # a helper nested in a method (a teardown applied over the modules): not the object's own act
         if _compares_with_self(method, call):
             continue
+        if _restores_holders_hook(method, handle):
+            continue  # the slot gets back its owner's own hook (`state.h = m.register_...(state._pre_forward)`)
         yield FoundHandleRemoval(call, handle.attr, ast.unparse(handle.value), stores[handle.attr])
 
 
@@ -346,3 +348,23 @@ def _is_direct_method(func: ast.AST | None) -> bool:
         return False
     args = func.args.posonlyargs + func.args.args
     return isinstance(getattr(func, "_hl_parent", None), ast.ClassDef) and bool(args) and args[0].arg == "self"
+
+
+def _restores_holder_hook_value(value: ast.AST, holder: str) -> bool:
+    if not (isinstance(value, ast.Call) and value.args):
+        return False
+    hook = value.args[0]
+    return isinstance(hook, ast.Attribute) and ast.unparse(hook.value) == holder
+
+
+def _restores_holders_hook(method: ast.AST, handle: ast.Attribute) -> bool:
+    """``<holder>.<attr> = m.register_*(<holder>.<method>)`` in the same method:
+    the handle's slot is given back the hook of the object that holds it
+    (a tracker swapping FSDP's own hooks for instrumented ones and back)."""
+    holder = ast.unparse(handle.value)
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+                and node.targets[0].attr == handle.attr and ast.unparse(node.targets[0].value) == holder \
+                and _restores_holder_hook_value(node.value, holder):
+            return True
+    return False
