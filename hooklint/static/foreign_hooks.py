@@ -284,10 +284,16 @@ def removals_of_found_handles(ctx: "FileContext") -> Iterator[FoundHandleRemoval
     module.register_forward_hook(...)``), so whoever finds the handle there
     removes it, and nothing before the removal compares the holder with
     ``self`` (the object that stored it could be another instance)."""
+    # `<holder>.<attr>.remove()` first: the registrations and the stores only for files that have one
+    candidates = [call for call in ctx.model.calls_of_method("remove")
+                  if not call.args and not call.keywords and isinstance(call.func, ast.Attribute)
+                  and isinstance(call.func.value, ast.Attribute)]
+    if not candidates:
+        return
     stores = _handle_stores(ctx)
     if not stores:
         return
-    for call in ctx.model.calls_of_method("remove"):
+    for call in candidates:
         if call.args or call.keywords or not isinstance(call.func, ast.Attribute):
             continue
         handle = call.func.value

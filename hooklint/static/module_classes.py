@@ -93,10 +93,10 @@ def _declarations(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
     cls = ctx.model.enclosing_class(func) if func is not None else None
     if cls is None:
         return
-    for stmt in ast.walk(cls.node):
-        if isinstance(stmt, ast.AnnAssign) and _is_self_attr(stmt.target, expr.attr):
+    for stmt in _self_assignments(cls).get(expr.attr, ()):
+        if isinstance(stmt, ast.AnnAssign):
             yield stmt.annotation
-        elif isinstance(stmt, ast.Assign) and any(_is_self_attr(t, expr.attr) for t in stmt.targets):
+        else:
             value = stmt.value
             if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
                 yield value.func
@@ -124,8 +124,8 @@ def _element_declarations(ctx: "FileContext", container: ast.AST) -> Iterator[as
     if cls is None:
         return
     seen = False
-    for stmt in ast.walk(cls.node):
-        if not (isinstance(stmt, ast.Assign) and any(_is_self_attr(t, container.attr) for t in stmt.targets)):
+    for stmt in _self_assignments(cls).get(container.attr, ()):
+        if not isinstance(stmt, ast.Assign):
             continue
         seen = True
         value = stmt.value
@@ -160,6 +160,24 @@ def _constructed_by(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
     if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
         return value.func
     return None
+
+
+def _self_assignments(cls) -> dict[str, list[ast.AST]]:
+    """``self.<attr> = ...`` and ``self.<attr>: T`` statements of a class, by
+    attribute, walked once per class."""
+    found = getattr(cls, "_hl_self_assignments", None)
+    if found is None:
+        found = {}
+        for stmt in ast.walk(cls.node):
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Attribute) \
+                    and _is_self_attr(stmt.target, stmt.target.attr):
+                found.setdefault(stmt.target.attr, []).append(stmt)
+            elif isinstance(stmt, ast.Assign):
+                for target in stmt.targets:
+                    if isinstance(target, ast.Attribute) and _is_self_attr(target, target.attr):
+                        found.setdefault(target.attr, []).append(stmt)
+        cls._hl_self_assignments = found
+    return found
 
 
 def _is_self_attr(target: ast.AST, attr: str) -> bool:

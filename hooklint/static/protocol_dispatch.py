@@ -41,7 +41,14 @@ class InlinedTemplate:
 
 
 def inlined_templates(ctx: "FileContext") -> list[InlinedTemplate]:
-    templates = _templates(ctx)
+    # the names called as `return <not self>.<name>(...)`: only those can be a dispatcher's template call
+    wanted = {name for name, calls in ctx.model.method_calls.items()
+              if any(isinstance(getattr(c, "_hl_parent", None), ast.Return)
+                     and not (isinstance(c.func.value, ast.Name) and c.func.value.id == "self")  # type: ignore[attr-defined]
+                     for c in calls)}
+    if not wanted:
+        return []
+    templates = _templates(ctx, wanted)
     if not templates:
         return []
     out: list[InlinedTemplate] = []
@@ -69,7 +76,7 @@ def inlined_templates(ctx: "FileContext") -> list[InlinedTemplate]:
     return out
 
 
-def _templates(ctx: "FileContext") -> dict[tuple[str, str], tuple[str, ...]]:
+def _templates(ctx: "FileContext", wanted: set[str]) -> dict[tuple[str, str], tuple[str, ...]]:
     """``{(class, method): steps}``: a method of a class of the file whose body
     calls two or more other methods of the same class on ``self`` (not a
     dunder: a name subclasses override)."""
@@ -78,7 +85,7 @@ def _templates(ctx: "FileContext") -> dict[tuple[str, str], tuple[str, ...]]:
         methods = {stmt.name: stmt for stmt in info.node.body
                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))}
         for name, method in methods.items():
-            if name.startswith("__"):
+            if name.startswith("__") or name not in wanted:
                 continue
             steps: list[str] = []
             for node in ast.walk(method):
