@@ -31,6 +31,7 @@ from hooklint.static.project import (
     APPLY_KEY,
     EXTERNAL_KEY,
     HOOKS_QUERY,
+    MODULE_CLASS_QUERY,
     SELF_REMOVING_QUERY,
     ProjectIndex,
     parse_key,
@@ -543,15 +544,39 @@ class ProjectPass:
     def _search_for(self, index: ProjectIndex, keys: set[str], wrappers: set[str]) -> None:
         """Find the callers the questions in ``keys`` need."""
         questions = {parse_key(key) for key in keys
-                     if not key.startswith((EXTERNAL_KEY, APPLY_KEY, HOOKS_QUERY, SELF_REMOVING_QUERY))}
+                     if not key.startswith((EXTERNAL_KEY, APPLY_KEY, HOOKS_QUERY, SELF_REMOVING_QUERY,
+                                            MODULE_CLASS_QUERY))}
         applied = {key[len(APPLY_KEY):] for key in keys if key.startswith(APPLY_KEY)}
         # questions about the hooks a function of another file registers are answered from that file's
         # summary; the files that re-export it (a package's `__init__.py`) are found by its name
         callees = {key[len(HOOKS_QUERY):] for key in keys if key.startswith(HOOKS_QUERY)}
         # a hook object's class (or a hook function) of another file: the files defining it are summarized
         callees |= {key[len(SELF_REMOVING_QUERY):] for key in keys if key.startswith(SELF_REMOVING_QUERY)}
+        self._find_classes(index, {key[len(MODULE_CLASS_QUERY):] for key in keys if key.startswith(MODULE_CLASS_QUERY)})
         hooks_names = {callee.rpartition(".")[2] for callee in self._find_definers(index, callees)}
         self._find_callers(index, questions, applied, wrappers, {n for n in hooks_names if n.isidentifier()})
+
+    def _find_classes(self, index: ProjectIndex, classes: set[str]) -> None:
+        """Summarize the files that define the classes ``classes`` name and their
+        bases, base after base (a module class of another file: HKL303 asks
+        whether it is an nn.Module and whether its `__call__` runs torch's).
+        Found along the modules, as functions are: no text search."""
+        known = set(classes)
+        for _depth in range(6):
+            if not classes:
+                return
+            self._find_definers(index, classes)
+            bases: set[str] = set()
+            for name in classes:
+                qual = index.canonical(name)
+                if qual is None or not index.is_class(qual):
+                    continue
+                module, local = index._split(qual, "classes")
+                if module is not None:
+                    bases.update(b for b in index.modules[module]["classes"][local]
+                                 if b and not b.startswith(("torch.", "builtins.", "typing.", "abc.")))
+            classes = bases - known
+            known |= classes
 
     def _find_definers(self, index: ProjectIndex, callees: set[str]) -> set[str]:
         """Summarize the files that define or re-export the functions ``callees``
@@ -831,6 +856,8 @@ def _answer(index: ProjectIndex, key: str) -> Any:
         return index.hooks_of(key[len(HOOKS_QUERY):])
     if key.startswith(SELF_REMOVING_QUERY):
         return index.self_removing(key[len(SELF_REMOVING_QUERY):])
+    if key.startswith(MODULE_CLASS_QUERY):
+        return index.module_class(key[len(MODULE_CLASS_QUERY):])
     if key.startswith(EXTERNAL_KEY):
         return index.external_facts(key[len(EXTERNAL_KEY):])
     if key.startswith(APPLY_KEY):

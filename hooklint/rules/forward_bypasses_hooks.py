@@ -7,11 +7,13 @@ from typing import ClassVar, Iterable
 
 from hooklint.findings import Applicability, Edit, Finding, Fix, Related, Severity
 from hooklint.rules.base import Invalid, Rule
+from hooklint.static.callgraph import local_qualname
 from hooklint.static.context import FileContext
 from hooklint.static.forward_binding import fresh_unhooked_instance
 from hooklint.static.hook_targets import hook_words, object_key, registrations_by_target
 from hooklint.static.hooks import HookKind
 from hooklint.static.inplace import inplace_of_name, inplace_use_of
+from hooklint.static.module_classes import declared_class, private_unhooked_local
 from hooklint.static.semantic import is_staticmethod, positional_params
 from hooklint.static.values import ModuleValue, module_by_use, src
 
@@ -40,7 +42,18 @@ class ForwardBypassesHooks(Rule):
     the module; HKL322 reports the helpers whose module is also called as a
     module), nor `Cls(...).forward(x)` on an object made in the same
     expression, which no one can have hooked (unless its own constructor
-    hooks it: then it is reported).
+    hooks it: then it is reported), nor `model = Cls(...)` followed by
+    `model.forward(x)` when nothing before the call (or in a loop around it)
+    hands `model` to other code, stores it or registers on it (a test's own
+    reference model).  Modules whose class (here, or a base in another file)
+    overrides `__call__` without ever reaching `nn.Module.__call__`
+    (gpytorch's `Module` runs `self.forward(...)` itself) are not reported
+    either: calling them runs no torch hook, so `.forward` skips nothing.
+
+    A parameter annotated with a module class of another file of the
+    project (`attention: Attention`), an attribute set from one, or built
+    with its constructor, is a module: the project's files say whether the
+    class derives from `nn.Module`.
 
     The receiver is followed to what it is: a layer the class builds, a
     constructor argument the class calls (`self.module.forward(x)` in a
@@ -164,6 +177,30 @@ class ForwardBypassesHooks(Rule):
         "        return x\n"
         "def run(x):\n"
         "    return Search().forward(x)\n",
+        # a test's own model, built here and handed to no one before `.forward`: nothing can have hooked it
+        "import torch, torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 2\n"
+        "def test_reference():\n"
+        "    model = Net()\n"
+        "    assert model.training\n"
+        "    reference = model.forward(torch.ones(2))\n"
+        "    return torch.jit.trace(model, (torch.ones(2),)), reference\n",
+        # modules of a framework whose `__call__` never reaches nn.Module.__call__ (gpytorch's shape)
+        "import torch.nn as nn\n"
+        "class GPModule(nn.Module):\n"
+        "    def __call__(self, *inputs):\n"
+        "        return self.forward(*inputs)\n"
+        "class Kernel(GPModule):\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+        "class Sum(GPModule):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.parts = nn.ModuleList([Kernel() for _ in range(2)])\n"
+        "    def forward(self, x):\n"
+        "        return self.parts[0].forward(x) + self.parts[1].forward(x)\n",
         # iterating an nn.ModuleDict gives its names, not its modules
         "import torch.nn as nn\n"
         "class Heads(nn.ModuleDict):\n"
@@ -210,6 +247,24 @@ class ForwardBypassesHooks(Rule):
             "    return model(x)  # HKL303\n",
         ),
         Invalid(
+            "import torch, torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return x * 2\n"
+            "def run(record):\n"
+            "    model = Net()\n"
+            "    record(model)\n"
+            "    return model.forward(torch.ones(2))  # HKL303\n",
+            fixed="import torch, torch.nn as nn\n"
+            "class Net(nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        return x * 2\n"
+            "def run(record):\n"
+            "    model = Net()\n"
+            "    record(model)\n"
+            "    return model(torch.ones(2))  # HKL303\n",
+        ),
+        Invalid(
             "import torch.nn as nn\n"
             "class Chain(nn.Sequential):\n"
             "    def forward(self, x):\n"
@@ -233,8 +288,16 @@ class ForwardBypassesHooks(Rule):
             value = ctx.inference.infer(func.value)
             if value is None and module_by_use(ctx.model, func.value):
                 value = ModuleValue(description=src(func.value))
+            declared: str | None = None
             if not isinstance(value, ModuleValue):
-                continue
+                # a parameter or attribute declared as a class of another file (`attention: Attention`)
+                declared = declared_class(ctx, func.value)
+                if declared is not None and declared.split(".")[0] == "torch":
+                    declared = None  # torch's classes are the tables' business (a fresh fx GraphModule has no hooks)
+                answer = ctx.project.module_class(declared) if declared is not None else None
+                if not answer or answer[0] is not True or answer[1]:
+                    continue
+                value = ModuleValue(description=src(func.value))
             cls = value.local_class
             if cls is not None and cls.method("__call__") is not None:
                 continue  # a module with its own __call__: `module(...)` would not run torch's hooks either
@@ -242,6 +305,10 @@ class ForwardBypassesHooks(Rule):
                 continue  # the module's own method: a recursive forward, or a helper run on purpose
             if fresh_unhooked_instance(ctx, func.value):
                 continue  # `Cls(...).forward(x)`: an object no one can have hooked
+            if private_unhooked_local(ctx, func.value, call, _fresh(declared)):
+                continue  # `model = Cls(...)` here, never handed to anyone: no one can have hooked it
+            if value.torch_class is None and _call_bypasses_torch(ctx, value, func.value, call):
+                continue  # a framework whose modules' `__call__` never runs torch's hooks (gpytorch)
             hooked = [r for r in by_target.get(object_key(ctx, func.value), ()) if r.call.lineno < call.lineno]
             receiver = src(func.value)
             if hooked:
@@ -321,6 +388,38 @@ def _result_modified_in_place(ctx: FileContext, call: ast.Call, receiver: ast.AS
 
         return any(module.output_inplace is not None for _model, module in modules_for(ctx, receiver))
     return False
+
+
+def _fresh(declared: str | None):
+    """What makes a fresh, unhooked object: a local class or torch layer's
+    constructor (forward_binding.fresh_unhooked_instance), or the module class
+    of another file the project index just named (its constructor is not
+    seen; one that hooks the new object itself would be missed)."""
+    def fresh(ctx: FileContext, value: ast.Call) -> bool:
+        if fresh_unhooked_instance(ctx, value):
+            return True
+        return declared is not None and ctx.summarizer.absolute(value.func) == declared
+    return fresh
+
+
+def _call_bypasses_torch(ctx: FileContext, value: ModuleValue, receiver: ast.AST, call: ast.Call) -> bool:
+    """Does the receiver's class define a `__call__`, here or in a base of
+    another file, that never reaches `nn.Module.__call__` (gpytorch's
+    modules)?  Then calling the module runs no torch hook either.  A receiver
+    whose class is not known is not excused: the framework of the calling
+    class says nothing of the module it holds (keras' `TorchModuleWrapper`
+    is a keras layer around a plain torch module)."""
+    if value.local_class is not None:
+        local = local_qualname(value.local_class.node)
+        qual = None if local is None else f"{ctx.module}.{local}"
+    elif value.call is not None and isinstance(value.call.func, (ast.Name, ast.Attribute)):
+        qual = ctx.summarizer.absolute(value.call.func)
+    else:
+        qual = declared_class(ctx, receiver)
+    if qual is None:
+        return False
+    answer = ctx.project.module_class(qual)
+    return bool(answer and answer[1])
 
 
 def _is_method_self(ctx: FileContext, expr: ast.AST) -> bool:

@@ -9,13 +9,14 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.hook_effects import accumulating_effects, changes_output
+from hooklint.static.hook_effects import accumulating_effects, changes_output, same_when_repeated
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import positional_params
 from hooklint.static.values import src
 from hooklint.static.walks import (
     APPLY_WALKER_WORDS,
     aliased_submodules,
+    forward_patches,
     recursive_walks,
     registrations,
     remembers_modules,
@@ -45,6 +46,14 @@ class HookPerParentOnSharedModule(Rule):
     with `fn` registering a module hook, or captum's `DeepLift(self)`,
     `GuidedBackprop(self)`, which hook through `model.apply`).
 
+    A forward patch that plays a hook's part is reported the same way: the
+    visited module's class swapped for one built from its current class
+    (`m.__class__ = patched(m)`, a subclass of `type(m)` whose `forward`
+    reports and calls the original), or its `forward` replaced by a wrapper
+    of the current one (`m.forward = wrap(m.forward)`), with no record of the
+    modules already patched and no test of the module that can end the visit
+    before the patch (`if hasattr(m, "orig_type"): return`).
+
     ## Why is this bad?
     A module can have several parents: a layer reused in two blocks, an
     activation module shared by a whole network, weights tied by sharing a
@@ -55,7 +64,12 @@ class HookPerParentOnSharedModule(Rule):
     a FLOP counter or a model summary counts the module twice, an
     activation recorder stores every output twice, a hook that changes the
     output applies itself twice.  Nothing fails: the figures are just
-    wrong, and only for models that share modules.  `Module.apply` recurses
+    wrong, and only for models that share modules.  A forward patch applied
+    twice wraps the first patch: the module reports twice per call, or, when
+    the wrapper finds the forward it wraps through the object's class
+    (`ty.forward(self)` with `ty` the class swapped in first, whose `forward`
+    calls `self._original_forward`, now the second class's), it recurses
+    without end.  `Module.apply` recurses
     over `children()` too: a submodule stored again as an attribute of an
     ancestor has two parents and is visited, and hooked, twice.
 
@@ -71,6 +85,10 @@ class HookPerParentOnSharedModule(Rule):
     alias an `nn.Module` class makes itself and walks itself (keep such a
     layer out of the module tree: a plain holder object, or its name).  The
     severity is *warning*: only models that share a module are affected.
+    A hook whose change gives the same result applied twice (`clamp(g,
+    min=0)`, `relu`, `abs` with constant bounds) or that hands the value to a
+    submodule of the hooked module (an observer: `module.activation_post_process(output)`,
+    whose second pass the hook does not show) is not reported.
 
     ## Example
     ```python
@@ -123,7 +141,9 @@ class HookPerParentOnSharedModule(Rule):
     # API, or a name built from one (`f"register_{kind}_hook"`), as the hook index requires; or it hands a module
     # holding an alias of its own submodule to `apply` or to a captum attribution class that hooks every module
     trigger_pattern = "|".join([re.escape(word) for word in REGISTRATION_TRIGGERS + DYNAMIC_NAME_TRIGGERS]
-                               + [r"DeepLift|GuidedBackprop|Deconvolution|\.apply\("])
+                               + [r"DeepLift|GuidedBackprop|Deconvolution|\.apply\(",
+                                  # a forward patch standing in for a hook: `m.__class__ = ...`, `m.forward = ...`
+                                  r"\.(?:__class__|forward)[ \t]*=[^=]"])
     VALID: ClassVar[tuple[str, ...]] = (
         # modules() yields each module once
         "def add_hooks(model, log):\n"
@@ -160,6 +180,33 @@ class HookPerParentOnSharedModule(Rule):
         "    def register(module):\n"
         "        module.register_forward_hook(hook)\n"
         "    walk(model, register)\n",
+        # clamping the gradient at 0 twice is clamping it once
+        "import torch\n"
+        "def relu_hook(module, grad_in, grad_out):\n"
+        "    return (torch.clamp(grad_in[0], min=0.0),)\n"
+        "def add_hooks(module):\n"
+        "    for child in module.children():\n"
+        "        if list(child.children()):\n"
+        "            add_hooks(child)\n"
+        "        else:\n"
+        "            child.register_full_backward_hook(relu_hook)\n",
+        # a forward patch that skips modules already patched
+        "def patched_class(module, log):\n"
+        "    base = type(module)\n"
+        "    class Patched(base):\n"
+        "        orig_type = base\n"
+        "        def forward(self, *args):\n"
+        "            log.append(1)\n"
+        "            return base.forward(self, *args)\n"
+        "    return Patched\n"
+        "def patch(model, log):\n"
+        "    if hasattr(model, 'orig_type'):\n"
+        "        return model\n"
+        "    if not list(model.children()):\n"
+        "        model.__class__ = patched_class(model, log)\n"
+        "    for child in model.children():\n"
+        "        patch(child, log)\n"
+        "    return model\n",
         # the alias is a plain holder, not a registered child
         "import torch\n"
         "from captum.attr import DeepLift\n"
@@ -208,6 +255,34 @@ class HookPerParentOnSharedModule(Rule):
             "        return self.model(x)\n"
             "    def attribute(self, x):\n"
             "        return DeepLift(self).attribute(x)\n"
+        ),
+        Invalid(
+            "def patched_class(module, log):\n"
+            "    base = type(module)\n"
+            "    class Patched(base):\n"
+            "        def forward(self, *args):\n"
+            "            log.append(1)\n"
+            "            return base.forward(self, *args)\n"
+            "    return Patched\n"
+            "def patch(model, log):\n"
+            "    if not list(model.children()):\n"
+            "        model.__class__ = patched_class(model, log)  # HKL315\n"
+            "    for child in model.children():\n"
+            "        patch(child, log)\n"
+            "    return model\n"
+        ),
+        Invalid(
+            "import functools\n"
+            "def timed(forward, log):\n"
+            "    @functools.wraps(forward)\n"
+            "    def run(*args):\n"
+            "        log.append(1)\n"
+            "        return forward(*args)\n"
+            "    return run\n"
+            "def instrument(module, log):\n"
+            "    for name, child in module.named_children():\n"
+            "        child.forward = timed(child.forward, log)  # HKL315\n"
+            "        instrument(child, log)\n"
         ),
         Invalid(
             "class Scaler:\n"
@@ -266,6 +341,26 @@ class HookPerParentOnSharedModule(Rule):
                     related=related,
                 )
 
+            for patch in forward_patches(ctx.model, walk):
+                if ctx.core.once_guarded(patch.assign, walk.func):
+                    continue
+                where = ast.unparse(walk.recursion.func)
+                patched = "class is swapped for one derived from its current class" \
+                    if patch.what == "__class__" else "forward is replaced by a wrapper of its current forward"
+                yield self.finding(
+                    ctx, patch.assign,
+                    message=(f"the visited module's {patched} on every module that `{walk.func.name}` reaches by "
+                             f"recursing over `{walk.iterator}`, with no record of the modules already patched: "
+                             f"a module shared by several parents is reached once per parent and patched that "
+                             f"many times, the second patch wrapping the first, so each call runs the patch "
+                             f"twice (or recurses without end, when the wrapper finds the forward it wraps "
+                             f"through the object's class)"),
+                    help="Walk `model.modules()` / `named_modules()`, which yield each module once, or skip "
+                         "modules already patched (a set of the visited ones, or a marker the patch leaves).",
+                    related=[Related(f"the recursion: `{where}(...)` on each child from `{walk.iterator}`",
+                                     ctx.display_path, ctx.span(walk.recursion)[0])],
+                )
+
         for alias in aliased_submodules(ctx.model, ctx.core, ctx.inference):
             yield self.finding(
                 ctx, alias.assign,
@@ -298,6 +393,10 @@ class HookPerParentOnSharedModule(Rule):
         role = {HookKind.FORWARD: "output", HookKind.FORWARD_PRE: "input"}.get(reg.kind, "grad_input")
         changed = reg.param("args") if reg.kind is HookKind.FORWARD_PRE and reg.with_kwargs else reg.param(role)
         change = changes_output(hook, changed)
+        params = positional_params(hook)
+        module_param = params[1] if params and params[0] == "self" and len(params) > 1 else params[0] if params else None
+        if change is not None and same_when_repeated(change, changed, module_param):
+            return None  # `clamp(grad, min=0)` twice is `clamp` once; a submodule of the hooked module: unseen
         if change is not None:
             what = "output" if reg.kind is HookKind.FORWARD else "input" if reg.kind is HookKind.FORWARD_PRE \
                 else "gradient"

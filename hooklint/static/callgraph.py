@@ -54,7 +54,7 @@ from hooklint.static.semantic import (
 )
 from hooklint.static.values import Inference
 
-SUMMARY_FORMAT = 7
+SUMMARY_FORMAT = 8  # 8: "bypass_call" (a class whose own __call__ skips nn.Module.__call__: HKL303)
 EMPTY: frozenset[str] = frozenset()
 
 # Methods that torch or Lightning call once per step on the same module.
@@ -864,6 +864,11 @@ class Summarizer:
         module_hooks = hook_summary(self.model, self.inference)
         if module_hooks:  # module hooks registered on parameters, for callers in other files (HKL7xx)
             summary["module_hooks"] = module_hooks
+        from hooklint.static.module_classes import bypassing_calls
+
+        bypass_call = bypassing_calls(self.model)
+        if bypass_call:  # classes whose `__call__` never reaches torch's: no module hook runs (HKL303)
+            summary["bypass_call"] = bypass_call
         self_removing = self.core.export_self_removing()
         if self_removing:  # one-shot hook callables, for registrations in other files (HKL304, HKL306)
             summary["self_removing"] = self_removing

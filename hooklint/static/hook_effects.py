@@ -197,3 +197,42 @@ def _short(call: ast.Call) -> str:
     if len(head) > 50:
         head = "..." + head[-47:]
     return f"{head}({'...' if call.args or call.keywords else ''})"
+
+
+# Ops whose second application to their own result changes nothing (with constant bounds):
+# a hook that only does this to the value it changes gives the same result run once or twice.
+_IDEMPOTENT_OPS = frozenset({"clamp", "clamp_min", "clamp_max", "clip", "relu", "relu6", "abs", "sign", "round",
+                             "floor", "ceil", "trunc", "hardtanh"})
+
+
+def same_when_repeated(change: ast.AST, changed: str | None, module_param: str | None) -> bool:
+    """Does running the hook's change a second time, on its own result, give
+    what the first run gave, or does the change depend on code not seen?
+    True for a returned value (or tuple of values) that is an idempotent op
+    with constant bounds on the changed argument (``torch.clamp(grad_in[0],
+    min=0.0)``, ``F.relu(output)``), and for a call of a submodule of the
+    hooked module on it (``module.activation_post_process(output)``, an
+    observer attached for the purpose: what a second pass through it does
+    depends on that module, which the hook does not show)."""
+    value = change.value if isinstance(change, ast.Return) else change
+    items = value.elts if isinstance(value, ast.Tuple) else [value]
+    if not items or changed is None:
+        return False
+    for item in items:
+        if not isinstance(item, ast.Call):
+            return False
+        func = item.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if module_param is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == module_param and len(item.args) == 1 and _names(item.args[0], changed):
+            continue  # the hooked module's own submodule applied to the value
+        if name not in _IDEMPOTENT_OPS:
+            return False
+        operands = [func.value] if isinstance(func, ast.Attribute) and _names(func.value, changed) else []
+        rest = item.args if operands else item.args[1:]
+        if not operands and not (item.args and _names(item.args[0], changed)):
+            return False
+        if not all(isinstance(arg, ast.Constant) or isinstance(arg, ast.UnaryOp) and isinstance(arg.operand, ast.Constant)
+                   for arg in list(rest) + [k.value for k in item.keywords if k.arg != "inplace"]):
+            return False
+    return True

@@ -128,6 +128,8 @@ MAX_WRAPPER_NAMES = 32
 # Function names too common to search the project's files for (wrapper_names).
 _COMMON_NAMES = frozenset({"forward", "apply", "setup", "register", "call", "run", "build", "init", "hook", "main",
                            "step", "train", "update", "reset", "start", "close", "attach", "add"})
+# whether a class of another file is an nn.Module and whether its `__call__` bypasses torch's
+MODULE_CLASS_QUERY = "modcls:"
 # Keys of the questions that are not "does it run again" (see ProjectView).
 EXTERNAL_KEY = "ext:"
 APPLY_KEY = "apply:"
@@ -748,6 +750,14 @@ class ProjectIndex:
                 return list(found) if found else None
         return None
 
+    def module_class(self, qual: str) -> list[Any] | None:
+        """``[is an nn.Module (True / None), "path:line" of a __call__ that
+        never reaches torch's, or None]`` for the class ``qual`` of the project
+        (hooklint.static.module_classes)."""
+        from hooklint.static.module_classes import module_class_answer
+
+        return module_class_answer(self, qual)
+
     # ------------------------------------------------------------ names
     def names_for(self, quals: Iterable[tuple[str, frozenset[str]]]) -> set[str]:
         """Identifiers a file must contain to hold a call site that could
@@ -931,6 +941,20 @@ class ProjectView:
             if self._local is None:
                 self._local = self._local_factory()
             answer = self._local.self_removing(name)
+        self.asked[key] = answer
+        return answer
+
+    def module_class(self, qual: str) -> list[Any] | None:
+        """Whether the class ``qual`` of another file is a module and whether its
+        ``__call__`` bypasses torch's (:meth:`ProjectIndex.module_class`);
+        recorded like every question."""
+        key = MODULE_CLASS_QUERY + qual
+        if key in self.answers:
+            answer = self.answers[key]
+        else:
+            if self._local is None:
+                self._local = self._local_factory()
+            answer = self._local.module_class(qual)
         self.asked[key] = answer
         return answer
 

@@ -274,6 +274,97 @@ def _inside(node: ast.AST, ancestor: ast.AST) -> bool:
     return False
 
 
+# ------------------------------------------------------------------ forward patches
+
+
+@dataclass(frozen=True)
+class WalkPatch:
+    """The visited module's forward wrapped in place once per visit: its
+    class swapped for one built from its current class (``m.__class__ =
+    make_patched(m)``), or its ``forward`` replaced by a wrapper of the
+    current one (``m.forward = wrap(m.forward)``).  A patch plays a forward
+    hook's part; applied twice, the second wraps the first."""
+
+    walk: Walk
+    assign: ast.Assign
+    what: str  # "__class__" or "forward"
+
+
+def forward_patches(model: SemanticModel, walk: Walk) -> list[WalkPatch]:
+    """The forward patches the walker applies to the module it visits (or to
+    each child, inside the loop), built from the module's current class or
+    forward, with no test of the module before them that can end the visit
+    (``if hasattr(m, "orig_type"): return``: an already patched module is
+    told apart, or at least something about the module decides)."""
+    func = walk.func
+    out: list[WalkPatch] = []
+    for node in _own_nodes(func):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target = node.targets[0]
+        if not (isinstance(target, ast.Attribute) and target.attr in ("__class__", "forward")
+                and isinstance(target.value, ast.Name)):
+            continue
+        name = target.value.id
+        if not (name == walk.param or name == walk.child and _inside(node, walk.loop)):
+            continue
+        if not _wraps_current(model, node.value, name, target.attr):
+            continue
+        if _visit_ended_by_test_of(func, name, node):
+            continue
+        out.append(WalkPatch(walk, node, target.attr))
+    return out
+
+
+def _wraps_current(model: SemanticModel, value: ast.AST, name: str, attr: str) -> bool:
+    """Is the new class / forward built from the module's current one: a
+    call handed ``type(m)``, ``m.__class__`` or ``m.forward``, or handed ``m``
+    itself by a local function that reads one of those of its parameter?"""
+    if not isinstance(value, ast.Call):
+        return False
+    arguments = list(value.args) + [k.value for k in value.keywords]
+    for position, arg in enumerate(arguments):
+        if _holds_current(arg, {name}):
+            return True
+        if isinstance(arg, ast.Name) and arg.id == name and position < len(value.args):
+            callee = _local_function(model, value.func)
+            params = positional_params(callee) if callee is not None else []
+            if position < len(params) and any(_current_of(node, {params[position]}) for node in _own_nodes(callee)):
+                return True
+    return False
+
+
+def _holds_current(arg: ast.AST, names: set[str]) -> bool:
+    """``type(m)``, ``m.__class__`` or ``m.forward`` anywhere in an argument
+    (``(type(m),)`` as the bases of ``type(...)``), but not an attribute
+    read off the class (``type(m).forward`` is the class's own forward:
+    binding it again replaces a patch rather than wrapping it)."""
+    for node in ast.walk(arg):
+        if _current_of(node, names) and not isinstance(getattr(node, "_hl_parent", None), ast.Attribute):
+            return True
+    return False
+
+
+def _current_of(expr: ast.AST, names: set[str]) -> bool:
+    if isinstance(expr, ast.Attribute) and expr.attr in ("__class__", "forward") \
+            and isinstance(expr.value, ast.Name) and expr.value.id in names:
+        return True
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "type" \
+        and len(expr.args) == 1 and isinstance(expr.args[0], ast.Name) and expr.args[0].id in names
+
+
+def _visit_ended_by_test_of(func: ast.AST, name: str, before: ast.AST) -> bool:
+    """``if <test reading m>: return`` ahead of ``before`` in the walker."""
+    for node in _own_nodes(func):
+        if not isinstance(node, ast.If) or node.lineno >= before.lineno or _inside(before, node):
+            continue
+        if not any(isinstance(stmt, ast.Return) for stmt in node.body):
+            continue
+        if any(isinstance(sub, ast.Name) and sub.id == name for sub in ast.walk(node.test)):
+            return True
+    return False
+
+
 # ------------------------------------------------------------------ memos
 
 
