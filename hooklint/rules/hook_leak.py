@@ -15,6 +15,7 @@ from hooklint.static.hook_dicts import removes_through_hook_dict
 from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, single_name_target
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
+from hooklint.static.setup_methods import attributes_used, given_attributes, only_sets_up
 from hooklint.static.values import TensorValue, src
 
 
@@ -108,7 +109,12 @@ class HookLeak(Rule):
     itself from the module's hook dict, a hook function that pops its own
     entry, a closure removing the handle its call bound; its class may be
     in another checked file), runs once per registration and is not
-    reported.
+    reported.  A public method that only sets its object up (it hooks the
+    object's own submodules, attributes no method of the class stores from
+    an argument, runs neither the object nor any of its attributes, and
+    calls only methods of its class that do the same, like a mixin's
+    `init_adapters`) is a deferred constructor: without a call that repeats
+    it, it is not reported.
 
     ## Example
     ```python
@@ -253,6 +259,14 @@ class HookLeak(Rule):
         "def run(models):\n"
         "    for model in models:\n"
         "        _Probe(model)\n",
+        # a public method that only sets its object up: hooks its own submodules, runs nothing
+        "class AdaptersMixin:\n"
+        "    def init_adapters(self, config):\n"
+        "        for layer in self.encoder.layer:\n"
+        "            layer.register_forward_pre_hook(lambda m, args: args)\n"
+        "        self.embeddings.register_forward_hook(self.after_embeddings)\n"
+        "    def after_embeddings(self, m, i, o):\n"
+        "        return o\n",
         # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
         "class AddBatchDim:\n"
         "    def __call__(self, mod, args):\n"
@@ -782,12 +796,29 @@ class _LeakAnalysis:
         reason = ctx.project.first_reason(qual, needed)
         if reason is None:
             return None
+        if reason.kind == "public" and self._set_up_entry(reason.via[-1][0] if reason.via else qual):
+            return None  # a method that only sets its object up: calling it again is a misuse, not its use
         related = [] if reason.path == ctx.display_path else \
             [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
         text = reason.describe(ctx.display_path)
         if not reason.proven:
             text += "; nothing in the checked files calls it twice, so this is reported as a warning"
         return text, reason.proven, related
+
+    def _set_up_entry(self, qual: str) -> bool:
+        """Whether the public method ``qual`` of this file hooks its object's own
+        modules and runs nothing (static/setup_methods.py): a deferred
+        constructor, not an action each use repeats."""
+        model = self.ctx.model
+        for info in model.classes.values():
+            for method in info.methods.values():
+                if self.ctx.qualname(method) == qual:
+                    methods = _ClassMethods(info)
+                    if not only_sets_up(method, methods):
+                        return False
+                    # the object's own modules only: a module it was given belongs to its caller
+                    return not attributes_used(method, methods) & given_attributes(methods.all())
+        return False
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:
@@ -1008,3 +1039,25 @@ def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:
         return out
 
     return id(b) in bases(a) or id(a) in bases(b)
+
+
+class _ClassMethods:
+    """A class's methods by name, its bases of the file included."""
+
+    def __init__(self, info: ClassInfo):
+        self.info = info
+
+    def get(self, name: str) -> ast.AST | None:
+        return self.info.method(name)
+
+    def all(self) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        todo, seen = [self.info], set()
+        while todo:
+            info = todo.pop()
+            if id(info) in seen:
+                continue
+            seen.add(id(info))
+            out.extend(info.methods.values())
+            todo.extend(info.local_bases)
+        return out
