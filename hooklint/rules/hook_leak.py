@@ -14,6 +14,7 @@ from hooklint.static.handles import apply_overwrite, destination, lost_wrappers,
 from hooklint.static.hook_dicts import removes_through_hook_dict
 from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, single_name_target
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
+from hooklint.static.owner_objects import owner_fate
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
 from hooklint.static.setup_methods import attributes_used, given_attributes, only_sets_up
 from hooklint.static.values import TensorValue, src
@@ -59,6 +60,15 @@ class HookLeak(Rule):
     of `self.model` and keep no handle is reported at that call: the
     class's own file sees the attribute of a new object each time, the call
     shows that every object hooks the caller's module again.
+
+    An object whose constructor registers a hook and keeps the handle
+    (`self.hook = layer.register_forward_hook(self.save)`), with a method
+    that removes it (`close()`), hands the removal to the code that makes
+    it: a function that makes such objects (by name, into a local list, in a
+    comprehension) and lets them go without calling that method leaves one
+    more hook per call that nothing can remove (torch-dreams' `Hook`
+    objects in `get_gradients`).  Objects that are returned, stored, handed
+    to other code or used in a `with` block are someone else's to close.
 
     Parameters outlive the call as modules do: a tensor hook or a
     post-accumulate-grad hook on each parameter of a model or optimizer
@@ -361,6 +371,7 @@ class HookLeak(Rule):
                 yield finding
         yield from analysis.lost_wrappers(self)
         yield from analysis.inside_hook_through_helpers(self)
+        yield from analysis.dropped_owners(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -446,15 +457,20 @@ class _LeakAnalysis:
             return False
         return self.ctx.core.hook_removes_itself(reg) is not None
 
-    def check_wrapped(self, rule: Rule, reg: Registration) -> Finding | None:
+    def check_wrapped(self, rule: Rule, reg: Registration, owner_fate_only: bool = False) -> Finding | None:
         """A registration through a wrapper (a function of the project that
         registers for its caller), at the call of the wrapper: it leaks when
         the call runs again with the same target and the caller loses the
         handle the wrapper hands back (or the wrapper hands back None)."""
         summary = reg.summary
-        fate = self._wrapped_fate(reg)
-        if fate is None:
-            fate = self._handed_over_fate(reg)
+        if owner_fate_only:
+            fate = self._owner_dropped_fate(reg)
+        else:
+            fate = self._wrapped_fate(reg)
+            if fate is None:
+                fate = self._handed_over_fate(reg)
+            if fate is None:
+                fate = self._owner_dropped_fate(reg)
         if fate is None:
             return None
         for loop in enclosing_loops(reg.call):
@@ -516,6 +532,68 @@ class _LeakAnalysis:
         inner = f" (through `{chain[-1][0]}`)" if len(chain) > 1 else ""
         return (f"`{name.rsplit('.', 1)[0]}` keeps no handle{inner}: neither the object nor its caller can remove "
                 f"the hook, which outlives the object")
+
+    def dropped_owners(self, rule: Rule) -> Iterable[Finding]:
+        """Constructor calls of this file's hook-owning classes (``Hook(layer)``)
+        whose objects are let go without the method that removes the handle."""
+        ctx = self.ctx
+        core = ctx.core
+        owners = [info for info in ctx.model.classes.values() if "__init__" in info.methods
+                  and any(r.handle.startswith("at:s.") for r in core.facts(info.methods["__init__"]).regs)]
+        if not owners:
+            return
+        wrapped_sites = {id(r.call) for r in core.wrapped()}
+        for info in owners:
+            for call in ctx.model.name_calls.get(info.name, ()):
+                if id(call) in wrapped_sites:
+                    continue  # judged with the other wrapped registrations
+                func = function_of(call)
+                if not isinstance(func, FunctionNode):
+                    continue
+                for summary in core.facts(func).regs:
+                    if summary.site is not call or not summary.chain or not summary.kind:
+                        continue
+                    reg = core.registration_of(summary)
+                    if reg is None or self._owner_dropped_fate(reg) is None:
+                        continue
+                    finding = self.check_wrapped(rule, reg, owner_fate_only=True)
+                    if finding is not None:
+                        yield finding
+                        break
+
+    def _owner_dropped_fate(self, reg: Registration) -> str | None:
+        """``Hook(layer)`` of a class of this file whose constructor keeps the
+        handle on the object and whose method (``close()``) removes it, made
+        here and let go without that method being called (static/owner_objects.py):
+        nobody holds the handle any more, so the hook can never be removed."""
+        summary = reg.summary
+        chain = reg.wrapper_chain
+        if summary is None or summary.handle != "at:n" or not chain or len(chain) != 1:  # type: ignore[union-attr]
+            return None
+        name, path, _line = chain[0]
+        if path and path != self.ctx.display_path or not name.endswith(".__init__"):
+            return None
+        class_name = name[:-len(".__init__")].rsplit(".", 1)[-1]
+        infos = [info for info in self.ctx.model.classes.values() if info.name == class_name]
+        if len(infos) != 1 or "__init__" not in infos[0].methods:
+            return None
+        info = infos[0]
+        core = self.ctx.core
+        attrs = {r.handle[len("at:s."):] for r in core.facts(info.methods["__init__"]).regs
+                 if r.handle.startswith("at:s.") and "." not in r.handle[len("at:s."):]}
+        if len(attrs) != 1:
+            return None
+        attr = attrs.pop()
+        removers = frozenset(method.name for method, _removal in core.removals_of(info, attr)
+                             if method.name not in ("__init__", "__del__", "__exit__"))
+        if not removers or any(m in info.methods for m in ("__del__", "__exit__", "__enter__")):
+            return None  # removed when collected, or meant for a `with` block
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or owner_fate(reg.call, func, removers) != "dropped":
+            return None
+        methods = " or ".join(f"`{m}()`" for m in sorted(removers))
+        return (f"`{class_name}` keeps the handle on the object (`self.{attr}`) and {methods} removes it, but "
+                f"the objects made here are let go without {methods}: nothing can remove the hook any more")
 
     def _needed_wrapped(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """As :meth:`_needed`, for a registration at a wrapper's call: a hook
