@@ -538,7 +538,10 @@ class _LeakAnalysis:
         whose objects are let go without the method that removes the handle."""
         ctx = self.ctx
         core = ctx.core
+        inits = {id(function_of(reg.call)) for reg in ctx.hooks.registrations
+                 if isinstance(getattr(reg.call, "_hl_parent", None), ast.Assign)}
         owners = [info for info in ctx.model.classes.values() if "__init__" in info.methods
+                  and id(info.methods["__init__"]) in inits  # registers and keeps the handle in its own body
                   and any(r.handle.startswith("at:s.") for r in core.facts(info.methods["__init__"]).regs)]
         if not owners:
             return

@@ -207,8 +207,7 @@ class HookLeakOnException(Rule):
         if path and path != ctx.display_path:
             return False
         short = name.rsplit(".", 1)[-1]
-        callee = next((node for node in ast.walk(ctx.tree) if isinstance(node, FunctionNode)
-                       and node.name == short and node.lineno == line), None)
+        callee = _function_at(ctx.tree, short, line)
         if callee is None:
             return False
         core = ctx.core
@@ -262,3 +261,12 @@ class HookLeakOnException(Rule):
                      for r in registrations[:3]]
             + [Related("this call can raise", ctx.display_path, ctx.span(risky)[0])],
         )
+
+
+def _function_at(tree: ast.Module, name: str, line: int) -> ast.AST | None:
+    """The def named ``name`` at ``line`` (the summaries name a callee by both)."""
+    cache = getattr(tree, "_hl_defs_by_line", None)
+    if cache is None:
+        cache = {(node.name, node.lineno): node for node in ast.walk(tree) if isinstance(node, FunctionNode)}
+        tree._hl_defs_by_line = cache  # type: ignore[attr-defined]
+    return cache.get((name, line))
