@@ -561,7 +561,8 @@ class _LeakAnalysis:
                         continue
                     finding = self.check_wrapped(rule, reg, owner_fate_only=True)
                     if finding is not None:
-                        yield finding
+                        # a shape new in this round: a warning until it has met more libraries
+                        yield finding.with_changes(severity=Severity.WARNING)
                         break
 
     def _owner_dropped_fate(self, reg: Registration) -> str | None:
