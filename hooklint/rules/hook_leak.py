@@ -898,6 +898,14 @@ class _LeakAnalysis:
                     methods = _ClassMethods(info)
                     if not only_sets_up(method, methods):
                         return False
+                    for call in model.calls_of_method(method.name):
+                        # called from this file by code that runs things (`self.register_hook()` before each
+                        # batch's forward): a step of that action, repeated with it
+                        caller = function_of(call)
+                        if caller is not method and not (isinstance(caller, FunctionNode) and
+                                                         only_sets_up(caller, _ClassMethods(model.enclosing_class(caller))
+                                                                      if model.enclosing_class(caller) else {})):
+                            return False
                     # the object's own modules only: a module it was given belongs to its caller
                     return not attributes_used(method, methods) & given_attributes(methods.all())
         return False
