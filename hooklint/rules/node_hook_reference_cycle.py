@@ -204,8 +204,7 @@ class NodeHookReferenceCycle(Rule):
     def check(self, ctx: FileContext) -> Iterable[Finding]:
         if not any(word in ctx.text for word in TRIGGERS):
             return
-        ctx.model  # noqa: B018 - builds the parent links the analysis walks
-        for cycle in node_hook_cycles(ctx.tree):
+        for cycle in node_hook_cycles(ctx.model.calls_of_method("register_hook", "register_prehook")):
             yield self._finding(ctx, cycle)
 
     def _finding(self, ctx: FileContext, cycle: NodeHookCycle) -> Finding:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 # Words a file must contain for a Node hook to be spelled in it.
 TRIGGERS = ("grad_fn",)
@@ -237,8 +237,9 @@ def _cached_return(method: ast.AST, held: set[str], class_node: ast.ClassDef | N
     return None
 
 
-def node_hook_cycles(tree: ast.Module) -> Iterator[NodeHookCycle]:
-    for call in ast.walk(tree):
+def node_hook_cycles(calls: Iterable[ast.Call]) -> Iterator[NodeHookCycle]:
+    """The cycles among ``calls`` (the file's ``.register_hook`` / ``.register_prehook`` calls)."""
+    for call in calls:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
                 and call.func.attr in _REGISTER and len(call.args) == 1 and not call.keywords):
             continue
