@@ -902,10 +902,9 @@ class _LeakAnalysis:
                         # called from this file by code that runs things (`self.register_hook()` before each
                         # batch's forward): a step of that action, repeated with it
                         caller = function_of(call)
-                        if caller is not method and not (isinstance(caller, FunctionNode) and
-                                                         only_sets_up(caller, _ClassMethods(model.enclosing_class(caller))
-                                                                      if model.enclosing_class(caller) else {})):
-                            return False
+                        if caller is not method and getattr(caller, "name", None) not in (
+                                "__init__", "__post_init__", method.name):
+                            return False  # only construction, or the same step of a subclass, may call it
                     # the object's own modules only: a module it was given belongs to its caller
                     return not attributes_used(method, methods) & given_attributes(methods.all())
         return False

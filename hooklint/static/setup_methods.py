@@ -123,13 +123,13 @@ def given_attributes(methods_of_class: list[ast.AST]) -> set[str]:
         self_name = params[0].arg
         names = {p.arg for p in params[1:]}
         for node in ast.walk(func):
-            if isinstance(node, ast.Assign):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 value = node.value
                 while isinstance(value, (ast.Attribute, ast.Subscript, ast.Call)):
                     value = value.func if isinstance(value, ast.Call) else value.value
                 if not (isinstance(value, ast.Name) and value.id in names):
                     continue
-                for target in node.targets:
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                     if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
                             and target.value.id == self_name:
                         given.add(target.attr)
