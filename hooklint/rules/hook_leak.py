@@ -123,8 +123,9 @@ class HookLeak(Rule):
     object's own submodules, attributes no method of the class stores from
     an argument, runs neither the object nor any of its attributes, and
     calls only methods of its class that do the same, like a mixin's
-    `init_adapters`) is a deferred constructor: without a call that repeats
-    it, it is not reported.
+    `init_adapters`; the file calls it only from a constructor or from the
+    same method of a subclass) is a deferred constructor: without a call
+    that repeats it, it is not reported.
 
     ## Example
     ```python

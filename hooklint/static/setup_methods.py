@@ -14,8 +14,10 @@ again, like calling ``register_forward_hook`` twice.
 excluded): no call runs the object or one of its attributes as a callable
 (``self(...)``, ``self.model(x)``, ``self.model.generate(...)``,
 ``x.forward(...)``), only the object's own methods, registrations and
-container bookkeeping are called on it.  A method whose name says it runs
-something is not asked about: that is decided by what it calls.
+container bookkeeping are called on it.  HKL304 also asks that the file
+call the method only from a constructor or from the same method of a
+subclass (a helper that registers before each batch's forward is a step
+of that action, not a set-up).
 
 Nothing here imports torch.
 """
