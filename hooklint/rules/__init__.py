@@ -24,6 +24,7 @@ _RULE_MODULES = (
     "hooklint.rules.module_hook_registered_after_forward",
     "hooklint.rules.forward_bypasses_hooks",
     "hooklint.rules.hook_leak",
+    "hooklint.rules.node_hook_reference_cycle",
     "hooklint.rules.hook_leak_on_exception",
     "hooklint.rules.hook_left_on_caller_model",
     "hooklint.rules.shared_hook_handles",

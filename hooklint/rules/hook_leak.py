@@ -14,7 +14,9 @@ from hooklint.static.handles import apply_overwrite, destination, lost_wrappers,
 from hooklint.static.hook_dicts import removes_through_hook_dict
 from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, single_name_target
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
+from hooklint.static.owner_objects import owner_fate
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
+from hooklint.static.setup_methods import attributes_used, given_attributes, only_sets_up
 from hooklint.static.values import TensorValue, src
 
 
@@ -58,6 +60,15 @@ class HookLeak(Rule):
     of `self.model` and keep no handle is reported at that call: the
     class's own file sees the attribute of a new object each time, the call
     shows that every object hooks the caller's module again.
+
+    An object whose constructor registers a hook and keeps the handle
+    (`self.hook = layer.register_forward_hook(self.save)`), with a method
+    that removes it (`close()`), hands the removal to the code that makes
+    it: a function that makes such objects (by name, into a local list, in a
+    comprehension) and lets them go without calling that method leaves one
+    more hook per call that nothing can remove (torch-dreams' `Hook`
+    objects in `get_gradients`).  Objects that are returned, stored, handed
+    to other code or used in a `with` block are someone else's to close.
 
     Parameters outlive the call as modules do: a tensor hook or a
     post-accumulate-grad hook on each parameter of a model or optimizer
@@ -108,7 +119,13 @@ class HookLeak(Rule):
     itself from the module's hook dict, a hook function that pops its own
     entry, a closure removing the handle its call bound; its class may be
     in another checked file), runs once per registration and is not
-    reported.
+    reported.  A public method that only sets its object up (it hooks the
+    object's own submodules, attributes no method of the class stores from
+    an argument, runs neither the object nor any of its attributes, and
+    calls only methods of its class that do the same, like a mixin's
+    `init_adapters`; the file calls it only from a constructor or from the
+    same method of a subclass) is a deferred constructor: without a call
+    that repeats it, it is not reported.
 
     ## Example
     ```python
@@ -253,6 +270,14 @@ class HookLeak(Rule):
         "def run(models):\n"
         "    for model in models:\n"
         "        _Probe(model)\n",
+        # a public method that only sets its object up: hooks its own submodules, runs nothing
+        "class AdaptersMixin:\n"
+        "    def init_adapters(self, config):\n"
+        "        for layer in self.encoder.layer:\n"
+        "            layer.register_forward_pre_hook(lambda m, args: args)\n"
+        "        self.embeddings.register_forward_hook(self.after_embeddings)\n"
+        "    def after_embeddings(self, m, i, o):\n"
+        "        return o\n",
         # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
         "class AddBatchDim:\n"
         "    def __call__(self, mod, args):\n"
@@ -347,6 +372,7 @@ class HookLeak(Rule):
                 yield finding
         yield from analysis.lost_wrappers(self)
         yield from analysis.inside_hook_through_helpers(self)
+        yield from analysis.dropped_owners(self)
 
 
 # List methods that store or forget handles without removing their hooks.
@@ -432,15 +458,20 @@ class _LeakAnalysis:
             return False
         return self.ctx.core.hook_removes_itself(reg) is not None
 
-    def check_wrapped(self, rule: Rule, reg: Registration) -> Finding | None:
+    def check_wrapped(self, rule: Rule, reg: Registration, owner_fate_only: bool = False) -> Finding | None:
         """A registration through a wrapper (a function of the project that
         registers for its caller), at the call of the wrapper: it leaks when
         the call runs again with the same target and the caller loses the
         handle the wrapper hands back (or the wrapper hands back None)."""
         summary = reg.summary
-        fate = self._wrapped_fate(reg)
-        if fate is None:
-            fate = self._handed_over_fate(reg)
+        if owner_fate_only:
+            fate = self._owner_dropped_fate(reg)
+        else:
+            fate = self._wrapped_fate(reg)
+            if fate is None:
+                fate = self._handed_over_fate(reg)
+            if fate is None:
+                fate = self._owner_dropped_fate(reg)
         if fate is None:
             return None
         for loop in enclosing_loops(reg.call):
@@ -502,6 +533,72 @@ class _LeakAnalysis:
         inner = f" (through `{chain[-1][0]}`)" if len(chain) > 1 else ""
         return (f"`{name.rsplit('.', 1)[0]}` keeps no handle{inner}: neither the object nor its caller can remove "
                 f"the hook, which outlives the object")
+
+    def dropped_owners(self, rule: Rule) -> Iterable[Finding]:
+        """Constructor calls of this file's hook-owning classes (``Hook(layer)``)
+        whose objects are let go without the method that removes the handle."""
+        ctx = self.ctx
+        core = ctx.core
+        inits = {id(function_of(reg.call)) for reg in ctx.hooks.registrations
+                 if isinstance(getattr(reg.call, "_hl_parent", None), ast.Assign)}
+        owners = [info for info in ctx.model.classes.values() if "__init__" in info.methods
+                  and id(info.methods["__init__"]) in inits  # registers and keeps the handle in its own body
+                  and any(r.handle.startswith("at:s.") for r in core.facts(info.methods["__init__"]).regs)]
+        if not owners:
+            return
+        wrapped_sites = {id(r.call) for r in core.wrapped()}
+        for info in owners:
+            for call in ctx.model.name_calls.get(info.name, ()):
+                if id(call) in wrapped_sites:
+                    continue  # judged with the other wrapped registrations
+                func = function_of(call)
+                if not isinstance(func, FunctionNode):
+                    continue
+                for summary in core.facts(func).regs:
+                    if summary.site is not call or not summary.chain or not summary.kind:
+                        continue
+                    reg = core.registration_of(summary)
+                    if reg is None or self._owner_dropped_fate(reg) is None:
+                        continue
+                    finding = self.check_wrapped(rule, reg, owner_fate_only=True)
+                    if finding is not None:
+                        # a shape new in this round: a warning until it has met more libraries
+                        yield finding.with_changes(severity=Severity.WARNING)
+                        break
+
+    def _owner_dropped_fate(self, reg: Registration) -> str | None:
+        """``Hook(layer)`` of a class of this file whose constructor keeps the
+        handle on the object and whose method (``close()``) removes it, made
+        here and let go without that method being called (static/owner_objects.py):
+        nobody holds the handle any more, so the hook can never be removed."""
+        summary = reg.summary
+        chain = reg.wrapper_chain
+        if summary is None or summary.handle != "at:n" or not chain or len(chain) != 1:  # type: ignore[union-attr]
+            return None
+        name, path, _line = chain[0]
+        if path and path != self.ctx.display_path or not name.endswith(".__init__"):
+            return None
+        class_name = name[:-len(".__init__")].rsplit(".", 1)[-1]
+        infos = [info for info in self.ctx.model.classes.values() if info.name == class_name]
+        if len(infos) != 1 or "__init__" not in infos[0].methods:
+            return None
+        info = infos[0]
+        core = self.ctx.core
+        attrs = {r.handle[len("at:s."):] for r in core.facts(info.methods["__init__"]).regs
+                 if r.handle.startswith("at:s.") and "." not in r.handle[len("at:s."):]}
+        if len(attrs) != 1:
+            return None
+        attr = attrs.pop()
+        removers = frozenset(method.name for method, _removal in core.removals_of(info, attr)
+                             if method.name not in ("__init__", "__del__", "__exit__"))
+        if not removers or any(m in info.methods for m in ("__del__", "__exit__", "__enter__")):
+            return None  # removed when collected, or meant for a `with` block
+        func = function_of(reg.call)
+        if not isinstance(func, FunctionNode) or owner_fate(reg.call, func, removers) != "dropped":
+            return None
+        methods = " or ".join(f"`{m}()`" for m in sorted(removers))
+        return (f"`{class_name}` keeps the handle on the object (`self.{attr}`) and {methods} removes it, but "
+                f"the objects made here are let go without {methods}: nothing can remove the hook any more")
 
     def _needed_wrapped(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:
         """As :meth:`_needed`, for a registration at a wrapper's call: a hook
@@ -782,12 +879,36 @@ class _LeakAnalysis:
         reason = ctx.project.first_reason(qual, needed)
         if reason is None:
             return None
+        if reason.kind == "public" and self._set_up_entry(reason.via[-1][0] if reason.via else qual):
+            return None  # a method that only sets its object up: calling it again is a misuse, not its use
         related = [] if reason.path == ctx.display_path else \
             [Related("the call that repeats it", reason.path, Location(reason.line, 1))]
         text = reason.describe(ctx.display_path)
         if not reason.proven:
             text += "; nothing in the checked files calls it twice, so this is reported as a warning"
         return text, reason.proven, related
+
+    def _set_up_entry(self, qual: str) -> bool:
+        """Whether the public method ``qual`` of this file hooks its object's own
+        modules and runs nothing (static/setup_methods.py): a deferred
+        constructor, not an action each use repeats."""
+        model = self.ctx.model
+        for info in model.classes.values():
+            for method in info.methods.values():
+                if self.ctx.qualname(method) == qual:
+                    methods = _ClassMethods(info)
+                    if not only_sets_up(method, methods):
+                        return False
+                    for call in model.calls_of_method(method.name):
+                        # called from this file by code that runs things (`self.register_hook()` before each
+                        # batch's forward): a step of that action, repeated with it
+                        caller = function_of(call)
+                        if caller is not method and getattr(caller, "name", None) not in (
+                                "__init__", "__post_init__", method.name):
+                            return False  # only construction, or the same step of a subclass, may call it
+                    # the object's own modules only: a module it was given belongs to its caller
+                    return not attributes_used(method, methods) & given_attributes(methods.all())
+        return False
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:
@@ -1008,3 +1129,25 @@ def _related_classes(a: ClassInfo, b: ClassInfo) -> bool:
         return out
 
     return id(b) in bases(a) or id(a) in bases(b)
+
+
+class _ClassMethods:
+    """A class's methods by name, its bases of the file included."""
+
+    def __init__(self, info: ClassInfo):
+        self.info = info
+
+    def get(self, name: str) -> ast.AST | None:
+        return self.info.method(name)
+
+    def all(self) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        todo, seen = [self.info], set()
+        while todo:
+            info = todo.pop()
+            if id(info) in seen:
+                continue
+            seen.add(id(info))
+            out.extend(info.methods.values())
+            todo.extend(info.local_bases)
+        return out

@@ -169,6 +169,8 @@ class HookLeakOnException(Rule):
             for reg in core.facts(func).regs:
                 if not reg.kind or not HookKind(reg.kind).is_module or not self._outlives(ctx, reg, func):
                     continue  # a module the function builds dies with it
+                if self._removed_by_callee(ctx, reg):
+                    continue  # the helper takes its hooks off before it returns: none is left to lose
                 removals = core.removals_after(func, reg)
                 if not removals or reg.site is None:
                     continue
@@ -191,6 +193,36 @@ class HookLeakOnException(Rule):
                     break
             for node, risky, regs in sorted(found.values(), key=lambda e: (e[0].lineno, e[0].col_offset)):
                 yield self._finding(ctx, func, node, risky, regs, guards)
+
+    @staticmethod
+    def _removed_by_callee(ctx: FileContext, reg) -> bool:
+        """A registration through a helper of this file (``reg.chain``) that
+        keeps the handle and removes it itself on every normal path before it
+        returns (auto-round's ``cache_inter_data``: ``_replace_forward()``,
+        calibrate, ``_recover_forward()``): when the call returns, the hooks
+        are gone, so a later call that raises leaves nothing on the module."""
+        if not reg.chain or not reg.handle.startswith("at:"):
+            return False
+        name, path, line = reg.chain[0]
+        if path and path != ctx.display_path:
+            return False
+        short = name.rsplit(".", 1)[-1]
+        callee = _function_at(ctx.tree, short, line)
+        if callee is None:
+            return False
+        core = ctx.core
+        inner = [r for r in core.facts(callee).regs
+                 if r.line == reg.line and r.path == reg.path and r.kind == reg.kind and r.site is not None]
+        if not inner:
+            return False
+        cfg = core.cfg(callee)
+        for r in inner:
+            removals = core.removals_after(callee, r)
+            if not removals:
+                return False
+            if not cfg.every_path_passes(core.statement(r.site), [p for p, _n in removals]):
+                return False
+        return True
 
     @staticmethod
     def _outlives(ctx: FileContext, reg, func: ast.AST) -> bool:
@@ -229,3 +261,12 @@ class HookLeakOnException(Rule):
                      for r in registrations[:3]]
             + [Related("this call can raise", ctx.display_path, ctx.span(risky)[0])],
         )
+
+
+def _function_at(tree: ast.Module, name: str, line: int) -> ast.AST | None:
+    """The def named ``name`` at ``line`` (the summaries name a callee by both)."""
+    cache = getattr(tree, "_hl_defs_by_line", None)
+    if cache is None:
+        cache = {(node.name, node.lineno): node for node in ast.walk(tree) if isinstance(node, FunctionNode)}
+        tree._hl_defs_by_line = cache  # type: ignore[attr-defined]
+    return cache.get((name, line))
