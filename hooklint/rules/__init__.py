@@ -76,6 +76,8 @@ _RULE_MODULES = (
     "hooklint.rules.function_saved_subset_misindexed",
     "hooklint.rules.state_dict_step_skips_hooks",
     "hooklint.rules.capture_wrapper_replaces_module",
+    "hooklint.rules.pre_hook_returns_unwrapped_input",
+    "hooklint.rules.capture_assumes_kwarg_tensor",
 )
 
 
