@@ -78,6 +78,7 @@ _RULE_MODULES = (
     "hooklint.rules.capture_wrapper_replaces_module",
     "hooklint.rules.pre_hook_returns_unwrapped_input",
     "hooklint.rules.capture_assumes_kwarg_tensor",
+    "hooklint.rules.hook_outputs_paired_by_position",
 )
 
 

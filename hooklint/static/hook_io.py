@@ -553,3 +553,130 @@ def walks_unknown_model(reg) -> str | None:
     if root == "self" or root.startswith("self."):
         return None  # a module walking its own parts: its class says what they are
     return f"{description} (any module type)"
+
+
+# ------------------------------------------------------------------ one collector, outputs paired by position
+
+
+@dataclass(frozen=True)
+class PositionPairing:
+    registration: ast.Call  # the registration in the loop
+    loop: ast.For  # the loop over the layers
+    collector: str  # the list the hook appends to, as the pairing code spells it
+    pairing: ast.AST  # where the list is paired with the layers by position
+    hook_name: str
+
+
+def _loop_of(node: ast.AST, stop: ast.AST | None) -> ast.For | None:
+    cur = getattr(node, "_hl_parent", None)
+    while cur is not None and cur is not stop and not isinstance(cur, FunctionNode + (ast.ClassDef,)):
+        if isinstance(cur, ast.For):
+            return cur
+        cur = getattr(cur, "_hl_parent", None)
+    return None
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _appended_lists(func: ast.AST) -> list[str]:
+    """What a hook body appends to: ``self.outputs`` (of its own object), a free name."""
+    out = []
+    for node in _own_nodes(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" \
+                and isinstance(node.func.value, (ast.Name, ast.Attribute)):
+            out.append(ast.unparse(node.func.value))
+    return out
+
+
+def position_paired_collectors(model: SemanticModel, hooks, tree: ast.AST) -> list[PositionPairing]:
+    """Forward hooks where one hook object (the same callable on every
+    iteration) is registered in a loop over a sequence of layers, appends each
+    output to one list, and code of the same class or function reads that list
+    by the position of the sequence (``outputs[i] for i, name in
+    enumerate(layers)``, ``zip(layers, outputs)``)."""
+    from hooklint.static.hooks import HookKind
+
+    found: list[PositionPairing] = []
+    for reg in hooks.registrations:
+        if reg.kind is not HookKind.FORWARD or reg.hook_expr is None:
+            continue
+        if isinstance(reg.hook_expr, (ast.Call, ast.Lambda)):
+            continue  # a hook made per iteration can carry the layer's name
+        owner = model.enclosing_function(reg.call)
+        loop = _loop_of(reg.call, owner)
+        if loop is None:
+            continue
+        loop_names = _names_in(loop.target)
+        if _names_in(reg.hook_expr) & loop_names:
+            continue
+        hook_text = ast.unparse(reg.hook_expr)
+        candidates = [(reg.hook.node, getattr(reg.hook, "via", ""))] if reg.hook is not None \
+            else [(call, "__call__") for call in _stored_callables(model, reg.hook_expr)]
+        if not candidates:
+            continue
+        collectors = []
+        for node, via in candidates:
+            params = positional_params(node)
+            for appended in _appended_lists(node):
+                if via == "__call__" and params and appended.startswith(params[0] + "."):
+                    collectors.append(hook_text + appended[len(params[0]):])  # self.outputs -> self._ex.outputs
+                elif "." not in appended and appended not in params:
+                    collectors.append(appended)
+        if not collectors:
+            continue
+        seq = ast.unparse(loop.iter)
+        scope = model.enclosing_class(reg.call)
+        region = scope.node if scope is not None else (owner if owner is not None else tree)
+        pairing = _paired_by_position(region, seq, set(collectors))
+        if pairing is None:
+            continue
+        found.append(PositionPairing(reg.call, loop, ast.unparse(pairing[1]), pairing[0], hook_text))
+    return found
+
+
+def _stored_callables(model: SemanticModel, expr: ast.AST) -> list[ast.AST]:
+    """The ``__call__`` of every class of the file whose object a ``self.attr``
+    hook is assigned in its class (``self._extractor = Handle()`` in one branch,
+    ``HandleDetach()`` in the other)."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return []
+    cls = model.enclosing_class(expr)
+    if cls is None:
+        return []
+    out = []
+    for node in ast.walk(cls.node):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+                and ast.unparse(node.targets[0]) == ast.unparse(expr) and isinstance(node.value, ast.Call):
+            info = model.class_for_expr(node.value.func)
+            call = info.methods.get("__call__") if info is not None else None
+            if call is not None:
+                out.append(call)
+    return out
+
+
+def _paired_by_position(region: ast.AST, seq: str, collectors: set[str]):
+    for node in ast.walk(region):
+        # zip(layers, outputs) / zip(outputs, layers)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "zip" \
+                and len(node.args) >= 2:
+            texts = [ast.unparse(a) for a in node.args]
+            if seq in texts:
+                for a, text in zip(node.args, texts):
+                    if text in collectors:
+                        return node, a
+        # outputs[i] where i is enumerate(layers)'s index
+        if isinstance(node, ast.comprehension) or isinstance(node, ast.For):
+            it = node.iter
+            target = node.target
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" \
+                    and it.args and ast.unparse(it.args[0]) == seq and isinstance(target, ast.Tuple) \
+                    and target.elts and isinstance(target.elts[0], ast.Name):
+                index = target.elts[0].id
+                holder = getattr(node, "_hl_parent", None) if isinstance(node, ast.comprehension) else node
+                for sub in ast.walk(holder):
+                    if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Name) and sub.slice.id == index \
+                            and ast.unparse(sub.value) in collectors:
+                        return sub, sub.value
+    return None

@@ -214,3 +214,30 @@ def test_closure_reading_args0_fails_on_keyword_call(positional):
     positional["capture_first_layer_closure"](model, [])
     with pytest.raises(IndexError):
         model(torch.randn(2, 3))
+
+
+# ------------------------------------------------------------------ HKL413
+
+
+@pytest.fixture(scope="module")
+def pairing():
+    return runpy.run_path(str(RULES / "hkl413_hook_outputs_paired_by_position.py"))
+
+
+def test_one_collector_pairs_outputs_by_firing_order(pairing):
+    net, x = pairing["Net"](), torch.randn(2, 3)
+    names = ["fc", "conv1"]  # listed in another order than the forward runs them
+    feats = pairing["Extractor"](net, names).run(x)
+    assert feats["fc"].shape == (2, 4)  # conv1's output, stored under "fc"
+    assert feats["conv1"].shape == (2, 2)
+    feats = pairing["extract_with_zip"](pairing["Net"](), names, x)
+    assert feats["fc"].shape == (2, 4)
+
+
+def test_per_layer_hooks_keep_each_output_under_its_name(pairing):
+    net, x = pairing["Net"](), torch.randn(2, 3)
+    names = ["fc", "conv1"]
+    for extract in (pairing["extract_by_name"], pairing["extract_by_module"]):
+        feats = extract(net, names, x)
+        assert feats["fc"].shape == (2, 2)
+        assert feats["conv1"].shape == (2, 4)
