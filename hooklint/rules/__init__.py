@@ -79,6 +79,7 @@ _RULE_MODULES = (
     "hooklint.rules.pre_hook_returns_unwrapped_input",
     "hooklint.rules.capture_assumes_kwarg_tensor",
     "hooklint.rules.hook_outputs_paired_by_position",
+    "hooklint.rules.capture_first_value_then_append",
 )
 
 

@@ -201,6 +201,8 @@ class PreHookNeedsPositionalInput(Rule):
         included: the same question, asked of its signature and body."""
         for cap in forward_captures(ctx.model, ctx.inference, ctx.tree):
             func = ctx.core.places.owner(cap.site)
+            if not cap.records_inputs():
+                continue  # a lasting replacement passes its arguments on; a capture keeps them
             where = callers_module(ctx.model, ctx.core, cap.receiver, func)
             if where is None:
                 continue

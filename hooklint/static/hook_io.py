@@ -56,11 +56,42 @@ class ForwardCapture:
         vararg = self.func.args.vararg
         return vararg.arg if vararg is not None else None
 
+    def records_inputs(self) -> bool:
+        """Does it keep what it receives beyond the call (``inps.append(inp)``,
+        ``cache["mask"] = kwargs["mask"]``, ``store.update(kwargs)``, a store
+        into ``self.`` state)?  That is what a capture is for; a lasting
+        replacement (padding, dropout, a re-implemented forward) passes its
+        arguments on instead."""
+        received = set(self.inputs) | {n for n in (self.kwargs, self.varargs) if n}
+        local = {t.id for n in _own_nodes(self.func) if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)}
+        for node in _own_nodes(self.func):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("append", "extend", "update", "insert") \
+                    and _root_name(node.func.value) not in local | received \
+                    and any(received & _names(a) for a in node.args):
+                return True
+            if isinstance(node, ast.Assign) and any(isinstance(t, (ast.Subscript, ast.Attribute))
+                                                    and _root_name(t) not in local | received for t in node.targets) \
+                    and received & _names(node.value):
+                return True
+        return False
+
     def required_inputs(self) -> list[str]:
         """The positional parameters without a default the caller must fill."""
         params = [a.arg for a in list(self.func.args.posonlyargs) + list(self.func.args.args)]
         first_default = len(params) - len(self.func.args.defaults)
         return [p for i, p in enumerate(params) if self.bound <= i < first_default]
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Subscript, ast.Attribute, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 # Names whose `partial` / `MethodType` / `__get__` binding makes a function a bound forward.
@@ -487,6 +518,9 @@ def _mentions_value(test: ast.AST, value: ast.AST, kwargs: str, key: str) -> boo
     says nothing about None)?"""
     text = ast.unparse(value)
     for node in ast.walk(test):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) \
+                and _key_text(node.left) == key:
+            return True  # `"k" in kwargs`: the author reasons about this key's presence, a key of their own
         if isinstance(node, ast.expr) and ast.unparse(node) == text:
             return True
         if isinstance(node, (ast.Subscript, ast.Call)) and _kwarg_key(node, kwargs, {}) == key:

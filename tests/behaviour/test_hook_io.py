@@ -241,3 +241,46 @@ def test_per_layer_hooks_keep_each_output_under_its_name(pairing):
         feats = extract(net, names, x)
         assert feats["fc"].shape == (2, 2)
         assert feats["conv1"].shape == (2, 4)
+
+
+# ------------------------------------------------------------------ HKL414
+
+
+@pytest.fixture(scope="module")
+def first_value():
+    return runpy.run_path(str(RULES / "hkl414_capture_first_value_then_append.py"))
+
+
+class MaskedBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, hidden_states, mask=None):
+        return self.proj(hidden_states) if mask is None else self.proj(hidden_states) * mask
+
+
+class MaskedModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = MaskedBlock()
+
+    def forward(self, x, mask=None):
+        return self.block(x, mask=mask)
+
+
+def test_none_first_then_tensor_raises_on_append(first_value):
+    model, state = MaskedModel(), {}
+    first_value["install"](model, state)
+    model(torch.randn(2, 3))  # the first sample has no mask: stored as a bare None
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'append'"):
+        model(torch.randn(2, 3), mask=torch.ones(2, 3))
+
+
+def test_fixed_capture_records_every_sample(first_value):
+    model, state = MaskedModel(), {}
+    first_value["install_fixed"](model, state)
+    model(torch.randn(2, 3))
+    model(torch.randn(2, 3), mask=torch.ones(2, 3))
+    model(torch.randn(2, 3), mask=torch.ones(2, 3))
+    assert len(state["block"]["mask"]) == 2
