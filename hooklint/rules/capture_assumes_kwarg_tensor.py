@@ -92,7 +92,8 @@ class CaptureAssumesKwargTensor(Rule):
                "ones as None")
     severity = Severity.WARNING
     triggers = ("kwargs", "kw[", "kw.get")
-    trigger_pattern = r"with_kwargs|\.forward[ \t]*=[^=]|[\"']forward[\"']|\w+\[[^\]\n]{1,40}\][ \t]*=[ \t]*[A-Z]\w*\("
+    trigger_pattern = (r"with_kwargs|\.forward[ \t]*=[^=]|setattr\(.{0,80}?[\"']forward[\"']"
+                       r"|(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
     VALID: ClassVar[tuple[str, ...]] = (
         # tested for None
         "def watch(model, log):\n"

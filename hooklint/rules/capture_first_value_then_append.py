@@ -86,8 +86,10 @@ class CaptureFirstValueThenAppend(Rule):
     summary = ("A hook or capture creates a per-key record as a bare value on one path and appends to it on later "
                "calls")
     severity = Severity.WARNING
-    triggers = (" not in ",)
-    trigger_pattern = r"\.(?:append|extend)\("
+    # a registration, or a function stored as `forward` (a capture, its factory), and the
+    # `if key not in records:` line the shape starts with
+    triggers = ("_hook", "forward")
+    trigger_pattern = r"(?m)^[ \t]*if [^\n]{1,120} not in [^\n]{1,120}:"
     VALID: ClassVar[tuple[str, ...]] = (
         # a list on every path
         "def watch(model, store):\n"
@@ -136,12 +138,19 @@ class CaptureFirstValueThenAppend(Rule):
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
+        # the shape first (cheap, syntactic), the function's role only for the few that have it;
+        # the semantic model links every node to its parent, which the guards are read through
+        ctx.model
+        candidates = {id(f): found for f in ast.walk(ctx.tree) if isinstance(f, FunctionNode)
+                      for found in [first_value_then_append(f)] if found}
+        if not candidates:
+            return
         seen: set[int] = set()
-        for func, what in self._bodies(ctx):
+        for func, what in self._bodies(ctx, candidates):
             if id(func) in seen:
                 continue
             seen.add(id(func))
-            for found in first_value_then_append(func):
+            for found in candidates[id(func)]:
                 yield self.finding(
                     ctx, found.extend,
                     message=(f"{what} appends to `{found.entry}` on later calls, but the first call can create that "
@@ -154,13 +163,13 @@ class CaptureFirstValueThenAppend(Rule):
                 )
 
     @staticmethod
-    def _bodies(ctx: FileContext):
+    def _bodies(ctx: FileContext, candidates: dict):
         for reg in ctx.hooks.registrations:
             node = getattr(reg.hook, "node", None)
-            if isinstance(node, FunctionNode):
+            if isinstance(node, FunctionNode) and id(node) in candidates:
                 yield node, f"hook `{node.name}`"
         for cap in forward_captures(ctx.model, ctx.inference, ctx.tree):
-            if isinstance(cap.func, FunctionNode):
+            if isinstance(cap.func, FunctionNode) and id(cap.func) in candidates:
                 yield cap.func, f"`{cap.func.name}`, which runs in place of a module's forward,"
         for outer in ast.walk(ctx.tree):
             if not isinstance(outer, FunctionNode):
@@ -168,5 +177,5 @@ class CaptureFirstValueThenAppend(Rule):
             returned = {n.id for r in ast.walk(outer) if isinstance(r, ast.Return) and r.value is not None
                         for n in ast.walk(r.value) if isinstance(n, ast.Name)}
             for inner in outer.body:
-                if isinstance(inner, FunctionNode) and inner.name in returned:
+                if isinstance(inner, FunctionNode) and id(inner) in candidates and inner.name in returned:
                     yield inner, f"callback `{inner.name}` (returned by `{outer.name}`, run once per call)"

@@ -350,7 +350,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   ('static',),
   ('register_forward_pre_hook', 'forward'),
   'register_forward_pre_hook|\\.forward[ '
-  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|\\w\\[[^\\]\\n]{1,40}\\][ \\t]*=[ \\t]*[A-Z]\\w*\\(',
+  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
+  '\\t]*[A-Z]\\w*\\([ \\t]*\\1',
   True),
  ('HKL318',
   'foreign-hooks-assumed-own',
@@ -574,7 +575,9 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('kwargs', 'kw[', 'kw.get'),
-  'with_kwargs|\\.forward[ \\t]*=[^=]|[\\"\']forward[\\"\']|\\w+\\[[^\\]\\n]{1,40}\\][ \\t]*=[ \\t]*[A-Z]\\w*\\(',
+  'with_kwargs|\\.forward[ '
+  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
+  '\\t]*[A-Z]\\w*\\([ \\t]*\\1',
   True),
  ('HKL413',
   'hook-outputs-paired-by-position',
@@ -591,8 +594,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   'CaptureFirstValueThenAppend',
   True,
   ('static',),
-  (' not in ',),
-  '\\.(?:append|extend)\\(',
+  ('_hook', 'forward'),
+  '(?m)^[ \\t]*if [^\\n]{1,120} not in [^\\n]{1,120}:',
   True),
  ('HKL501',
   'function-grad-count',

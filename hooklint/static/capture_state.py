@@ -115,6 +115,37 @@ def _guarded(call: ast.AST, entry: str, stop: ast.AST) -> bool:
     return False
 
 
+def _operands(test: ast.AST) -> set[str]:
+    """The whole names and attribute paths a test reads (`self.flag`, `data`), not their prefixes;
+    of an `or`, only those every alternative reads (any one of them selects the branch)."""
+    if isinstance(test, ast.BoolOp):
+        parts = [_operands(v) for v in test.values]
+        return set.intersection(*parts) if isinstance(test.op, ast.Or) else set().union(*parts)
+    out = set()
+    for n in ast.walk(test):
+        parent = getattr(n, "_hl_parent", None)
+        if isinstance(n, (ast.Attribute, ast.Name)) and not isinstance(parent, ast.Attribute):
+            out.add(ast.unparse(n))
+    return out
+
+
+def _conditions(node: ast.AST, stop: ast.AST) -> set[str]:
+    """What the tests that select ``node`` (below ``stop``) read: a bare store
+    and an append selected by the same flag (`[x] if self.per_sample else x`,
+    then `elif self.per_sample: d[k].append`) never meet."""
+    out: set[str] = set()
+    child, cur = node, getattr(node, "_hl_parent", None)
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp):
+        out |= _operands(node.value.test)
+    while cur is not None and cur is not stop:
+        if isinstance(cur, (ast.If, ast.IfExp, ast.While)) and child is not cur.test:
+            out |= _operands(cur.test)
+        child, cur = cur, getattr(cur, "_hl_parent", None)
+    if isinstance(stop, ast.If) and child in stop.orelse:
+        pass  # the `key not in records` test itself is shared by both sides
+    return out
+
+
 def first_value_then_append(func: ast.AST) -> list[FirstValueThenAppend]:
     """In ``func`` (a hook or capture body): ``if k not in d:`` branches that
     store a bare value in ``d[k]`` on some path while the ``else`` branch
@@ -138,10 +169,12 @@ def first_value_then_append(func: ast.AST) -> list[FirstValueThenAppend]:
         bare = [s for s in stores if "bare" in _kinds(s.value)]
         if not bare or not any("seq" in _kinds(s.value) for s in stores):
             continue  # every path stores the value itself (a record, not a list), or none does
+        bare_conditions = set().union(*(_conditions(s, node) for s in bare))
         for block in node.orelse:
             for sub in ast.walk(block):
                 if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in _EXTENDERS \
-                        and ast.unparse(sub.func.value) == entry and not _guarded(sub, entry, node):
+                        and ast.unparse(sub.func.value) == entry and not _guarded(sub, entry, node) \
+                        and not (_conditions(sub, node) & bare_conditions - {key}):
                     out.append(FirstValueThenAppend(bare[0], sub, entry))
                     break
             else:

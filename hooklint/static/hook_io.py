@@ -65,6 +65,9 @@ class ForwardCapture:
         received = set(self.inputs) | {n for n in (self.kwargs, self.varargs) if n}
         local = {t.id for n in _own_nodes(self.func) if isinstance(n, ast.Assign)
                  for t in n.targets if isinstance(t, ast.Name)}
+        for node in _own_nodes(self.func):  # `x = args[0]`: x is what it received
+            if isinstance(node, ast.Assign) and received & _names(node.value):
+                received |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         for node in _own_nodes(self.func):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and node.func.attr in ("append", "extend", "update", "insert") \
@@ -99,6 +102,15 @@ _BINDERS = frozenset({"functools.partial", "types.MethodType"})
 
 
 def forward_captures(model: SemanticModel, inference, tree: ast.AST) -> list[ForwardCapture]:
+    """Computed once per file (several rules ask), see `_forward_captures`."""
+    cached = getattr(tree, "_hl_forward_captures", None)
+    if cached is None:
+        cached = _forward_captures(model, inference, tree)
+        tree._hl_forward_captures = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _forward_captures(model: SemanticModel, inference, tree: ast.AST) -> list[ForwardCapture]:
     """Every place the file installs a function of its own as a module's
     ``forward`` (assignment or ``setattr``), and every wrapper module of the
     file put in a module's own slot around it.  A method of the receiver's
