@@ -594,7 +594,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   'CaptureFirstValueThenAppend',
   True,
   ('static',),
-  ('_hook', 'forward'),
+  ('].append(', '].extend('),
   '(?m)^[ \\t]*if [^\\n]{1,120} not in [^\\n]{1,120}:',
   True),
  ('HKL501',
