@@ -41,6 +41,9 @@ class CaptureFirstValueThenAppend(Rule):
 
     ## Example
     ```python
+    from functools import partial
+
+
     def make_capture(store):
         def capture(module, *args, **kwargs):
             for key, value in kwargs.items():
@@ -54,10 +57,18 @@ class CaptureFirstValueThenAppend(Rule):
             return module.orig_forward(*args, **kwargs)
 
         return capture
+
+
+    def install(layer, store):
+        layer.orig_forward = layer.forward
+        layer.forward = partial(make_capture(store), layer)
     ```
 
     ## Use instead
     ```python
+    from functools import partial
+
+
     def make_capture(store):
         def capture(module, *args, **kwargs):
             for key, value in kwargs.items():
@@ -68,6 +79,11 @@ class CaptureFirstValueThenAppend(Rule):
             return module.orig_forward(*args, **kwargs)
 
         return capture
+
+
+    def install(layer, store):
+        layer.orig_forward = layer.forward
+        layer.forward = partial(make_capture(store), layer)
     ```
 
     ## Fix safety
@@ -89,7 +105,10 @@ class CaptureFirstValueThenAppend(Rule):
     # the append on a record (`records[key].append(`), and the `if key not in records:` line the shape
     # starts with: "forward" / "_hook" alone admitted 290 more files of the corpus to parsing
     triggers = ("].append(", "].extend(")
-    trigger_pattern = r"(?m)^[ \t]*if [^\n]{1,120} not in [^\n]{1,120}:"
+    # and a hook or a capture in the file (a registration, a `forward` assignment, a `partial`); each
+    # lookahead is one scan of the text from its start
+    trigger_pattern = (r"\A(?=[\s\S]*?(?:_hook\(|\.forward[ \t]*=[^=]|partial\())"
+                       r"(?=[\s\S]*?\n[ \t]*if [^\n]{1,120} not in [^\n]{1,120}:)")
     VALID: ClassVar[tuple[str, ...]] = (
         # a list on every path
         "def watch(model, store):\n"

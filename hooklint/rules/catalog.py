@@ -595,7 +595,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('].append(', '].extend('),
-  '(?m)^[ \\t]*if [^\\n]{1,120} not in [^\\n]{1,120}:',
+  '\\A(?=[\\s\\S]*?(?:_hook\\(|\\.forward[ \\t]*=[^=]|partial\\())(?=[\\s\\S]*?\\n[ \\t]*if [^\\n]{1,120} not in '
+  '[^\\n]{1,120}:)',
   True),
  ('HKL501',
   'function-grad-count',
