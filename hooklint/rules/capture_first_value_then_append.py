@@ -178,7 +178,7 @@ class CaptureFirstValueThenAppend(Rule):
                              f"that path, the next one raises `AttributeError` here"),
                     help="Create the record as a list on every path (`[value]`, `[]` for a missing value), or turn "
                          "a stored bare value into a list before appending.",
-                    related=[Related("the bare value is stored here", ctx.display_path, found.store.lineno)],
+                    related=[Related("the bare value is stored here", ctx.display_path, ctx.span(found.store)[0])],
                 )
 
     @staticmethod
