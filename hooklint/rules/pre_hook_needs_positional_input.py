@@ -9,6 +9,7 @@ from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
 from hooklint.static.hook_arguments import on_every_module, tensor_assumptions
+from hooklint.static.hook_io import forward_captures
 from hooklint.static.hooks import HookKind
 from hooklint.static.pre_hook_args import callers_module, keyword_call_evidence, positional_need
 
@@ -85,7 +86,11 @@ class PreHookNeedsPositionalInput(Rule):
     name = "pre-hook-needs-positional-input"
     summary = "A forward pre-hook on a caller's module needs a positional argument; a keyword-only call passes none"
     severity = Severity.WARNING
-    triggers = ("register_forward_pre_hook",)
+    triggers = ("register_forward_pre_hook", "forward")
+    # a registration, or a function stored as a module's `forward` (assignment, `setattr`), or a wrapper
+    # module built around the module in its own slot (`layers[0] = Catcher(layers[0])`)
+    trigger_pattern = (r"register_forward_pre_hook|\.forward[ \t]*=[^=]|setattr\(.{0,80}?[\"']forward[\"']"
+                       r"|(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
     VALID: ClassVar[tuple[str, ...]] = (
         # with_kwargs: the hook sees both
         "def watch(model, log):\n"
@@ -187,4 +192,57 @@ class PreHookNeedsPositionalInput(Rule):
                 help="Register with `with_kwargs=True` and take `(module, args, kwargs)`, looking in `kwargs` "
                      "when `args` is empty (or return early on an empty tuple).",
                 related=[Related("registered here", ctx.display_path, ctx.span(reg.call)[0])],
+            )
+        yield from self._captures(ctx, seen)
+
+    def _captures(self, ctx: FileContext, seen: set[int]) -> Iterable[Finding]:
+        """A function stored as a caller's module's `forward` (or a wrapper
+        module put in its slot) receives the parent's call as it is, keywords
+        included: the same question, asked of its signature and body."""
+        for cap in forward_captures(ctx.model, ctx.inference, ctx.tree):
+            func = ctx.core.places.owner(cap.site)
+            if not cap.records_inputs():
+                continue  # a lasting replacement passes its arguments on; a capture keeps them
+            where = callers_module(ctx.model, ctx.core, cap.receiver, func)
+            if where is None:
+                continue
+            evidence = keyword_call_evidence(ctx.model, ctx.core, cap.receiver, func)
+            if evidence is None and cap.kwargs is not None:
+                evidence = f"the capture itself takes `**{cap.kwargs}`"
+            if evidence is None:
+                continue
+            name = getattr(cap.func, "name", "<lambda>")
+            required = cap.required_inputs()
+            if required and (len(cap.inputs) > len(required) or cap.func.args.kwonlyargs):
+                continue  # it names the module's other inputs too: written for one known signature, not a capture
+            if required:
+                params = list(cap.func.args.posonlyargs) + list(cap.func.args.args)
+                node = next((a for a in params if a.arg == required[0]), cap.func)
+                need = (f"demands a first input `{required[0]}` with no default, filled only by a positional "
+                        f"argument or the keyword `{required[0]}=`")
+                consequence = (f"a parent that calls the module with keyword arguments only, naming its input "
+                               f"otherwise, makes the call fail with `TypeError: missing ... '{required[0]}'`")
+            elif cap.varargs is not None:
+                found = positional_need(cap.func, cap.varargs)
+                if found is None:
+                    continue
+                node, need = found.node, found.text
+                consequence = (f"a call with keyword arguments only hands it an empty `{cap.varargs}` tuple and it "
+                               + ("raises its own error" if found.raises
+                                  else "fails with `IndexError: tuple index out of range`"))
+            else:
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            yield self.finding(
+                ctx, node,
+                message=(f"`{name}` runs in place of the forward of {where} ({cap.how}), so it receives the "
+                         f"parent's call as it is, like a pre-hook registered with `with_kwargs=True`; it "
+                         f"{need}, and the module is likely called with keyword arguments ({evidence}): "
+                         f"{consequence}"),
+                help="Take `(*args, **kwargs)`, find the input in either (an optional parameter with a default "
+                     "of None, moved into `kwargs` when given), and call the original forward with the "
+                     "arguments as they came.",
+                related=[Related("installed here", ctx.display_path, ctx.span(cap.site)[0])],
             )
