@@ -8,10 +8,10 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "bench" / "real_bugs.toml"

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from hooklint.static.context import FileContext
-from hooklint.static.fallbacks import decide, dead_on_current_torch
+from hooklint.static.fallbacks import dead_on_current_torch, decide
 from hooklint.static.hooks import HookKind
 from hooklint.static.travel import MAX_ENVS
 

@@ -15,8 +15,8 @@ from hooklint.static.inplace import FULL_HOOK_INPLACE_ERROR
 from hooklint.static.outside import built_in_file, outside_root
 from hooklint.static.runs_after import callers_model_run_after
 from hooklint.static.travel import EMPTY
-from hooklint.static.values import src
 from hooklint.static.tree_walk import walk_tree
+from hooklint.static.values import src
 
 
 class FullHookOnCallerModule(Rule):

@@ -33,8 +33,8 @@ from typing import Iterator
 
 from hooklint.static.bodies import body_nodes, param_names
 from hooklint.static.semantic import FunctionNode, SemanticModel
-from hooklint.static.values import src
 from hooklint.static.tree_walk import walk_tree
+from hooklint.static.values import src
 
 # Methods of an optimizer that change the parameters or their gradients.
 OPTIMIZER_METHODS = frozenset({"step", "zero_grad"})

@@ -38,8 +38,8 @@ from typing import Iterable
 from hooklint.static.identity import holding_tests
 from hooklint.static.passthrough import is_self, stored_init_parameter
 from hooklint.static.semantic import FunctionNode, SemanticModel, is_staticmethod, positional_params
-from hooklint.static.values import Inference
 from hooklint.static.tree_walk import walk_tree
+from hooklint.static.values import Inference
 
 _EACH = {"modules": (), "named_modules": (1,)}
 _SAME_MODULE = frozenset({"cuda", "cpu", "eval", "train", "float", "double", "half", "bfloat16"})

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 
 import pytest
-
 from conftest import FIXTURES, lint
+
 from hooklint.rules.function_ctx_attribute_unset import FunctionCtxAttributeUnset
 
 torch = pytest.importorskip("torch")

@@ -8,7 +8,6 @@ and its twins, run here as written.
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES, lint
 
 torch = pytest.importorskip("torch")

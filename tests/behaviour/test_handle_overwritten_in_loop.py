@@ -11,7 +11,6 @@ import importlib
 import sys
 
 import pytest
-
 from conftest import FIXTURES, lint
 
 torch = pytest.importorskip("torch")

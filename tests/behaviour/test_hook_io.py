@@ -9,7 +9,6 @@ from __future__ import annotations
 import runpy
 
 import pytest
-
 from conftest import FIXTURES
 
 torch = pytest.importorskip("torch")

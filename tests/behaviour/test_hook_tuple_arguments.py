@@ -8,7 +8,6 @@ fixture's hooks are run as written.
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES, lint
 
 torch = pytest.importorskip("torch")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import runpy
 
 import pytest
-
 from conftest import FIXTURES, lint
 
 torch = pytest.importorskip("torch")

@@ -9,7 +9,6 @@ and classes are run as written.
 from __future__ import annotations
 
 import pytest
-
 from conftest import FIXTURES
 
 torch = pytest.importorskip("torch")
