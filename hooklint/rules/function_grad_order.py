@@ -234,6 +234,25 @@ class FunctionGradOrder(Rule):
         "    def backward(ctx, g):\n"
         "        dx = g\n"
         "        return dx, g\n",
+        # forward rebinds its inputs (vllm's shared-kv attention: `qv` takes `q`'s value, `q` and `k` become
+        # None), so a name no longer says which input a gradient belongs to
+        "import torch\n"
+        "class Attn(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, q, k, v, qv=None):\n"
+        "        ctx.shared_kv = k is v\n"
+        "        if ctx.shared_kv:\n"
+        "            qv = q if qv is None else qv\n"
+        "            q = k = None\n"
+        "        ctx.save_for_backward(q, v, qv)\n"
+        "        return v * 2\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        q, v, qv = ctx.saved_tensors\n"
+        "        dqv, dv = g * 2, g * 2\n"
+        "        if ctx.shared_kv:\n"
+        "            return dqv, dv, None, None\n"
+        "        return None, None, dv, dqv\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -404,11 +423,13 @@ class FunctionGradOrder(Rule):
             if not isinstance(ret.value, (ast.Tuple, ast.List)):
                 continue
             wrong = []
+            rebound = _inputs_rebound_away(fn)
             for slot, elt in enumerate(ret.value.elts[:len(fn.inputs)]):
                 if not isinstance(elt, ast.Name):
                     continue
                 owner = _input_for_grad_name(elt.id, fn.inputs)
-                if owner is not None and fn.inputs.index(owner) != slot:
+                if owner is not None and fn.inputs.index(owner) != slot \
+                        and owner not in rebound and fn.inputs[slot] not in rebound:
                     wrong.append(f"position {slot}, the gradient of `{fn.inputs[slot]}`, holds `{elt.id}`, named "
                                  f"for {fn.input_word(fn.inputs.index(owner))}")
             if wrong:
@@ -419,6 +440,29 @@ class FunctionGradOrder(Rule):
                     f"gradient (or None)",
                     help="Return the gradients in the order of `forward`'s inputs, `None` for inputs that need none.",
                 )
+
+
+def _inputs_rebound_away(fn: AutogradFunction) -> set[str]:
+    """Inputs ``forward`` rebinds to something other than a function of
+    themselves (``qv = q if qv is None else qv``, ``q = k = None``): after
+    that, an input's name no longer says which value, or which gradient
+    slot, it stands for.  ``x = x.contiguous()`` keeps ``x`` what it was."""
+    inputs = set(fn.inputs)
+    away: set[str] = set()
+    for node in ast.walk(fn.forward):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        read = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name) and name.id in inputs and \
+                        (name.id not in read or (read & inputs) - {name.id}):
+                    away.add(name.id)
+    return away
 
 
 def _is_flags(expr: ast.AST, ctx_name: str | None) -> bool:

@@ -139,6 +139,57 @@ class FunctionNoneGuardMismatch(Rule):
         "    @staticmethod\n"
         "    def backward(ctx, g):\n"
         "        return g, None\n",
+        # the two names are set None together and non-None together (a buffer and its view:
+        # transformer_engine's context-parallel attention)
+        "import torch\n"
+        "class F(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, bias=None):\n"
+        "        if bias is not None:\n"
+        "            dbias = torch.zeros_like(bias)\n"
+        "            dbias_ = dbias.view(-1)\n"
+        "        else:\n"
+        "            dbias = None\n"
+        "            dbias_ = None\n"
+        "        if dbias is not None:\n"
+        "            dbias_.add_(1)\n"
+        "        return x.clone()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g, None\n",
+        # the None is overwritten on both branches of an if / else before the use
+        "import torch\n"
+        "class F(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, packed, half=None):\n"
+        "        lse_ = None\n"
+        "        if half is not None:\n"
+        "            if packed:\n"
+        "                lse_ = x[1:].clone()\n"
+        "            else:\n"
+        "                lse_ = x[:-1].clone()\n"
+        "            lse_.unsqueeze_(-1)\n"
+        "        return x.clone()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g, None, None\n",
+        # bound under `if fused:` and again, in a nested block, under `if not fused:`: one of them always ran
+        "import torch\n"
+        "class F(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, fused, bias=None):\n"
+        "        dact = None\n"
+        "        if fused:\n"
+        "            dact = x * 2\n"
+        "        if x.dim() > 1:\n"
+        "            if not fused:\n"
+        "                dact = x * 3\n"
+        "            if bias is not None:\n"
+        "                gb = dact.sum(0)\n"
+        "        return x.clone()\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g):\n"
+        "        return g, None, None\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(

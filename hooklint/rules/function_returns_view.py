@@ -124,6 +124,18 @@ class FunctionReturnsView(Rule):
     triggers = FUNCTION_TRIGGERS
     trigger_pattern = FUNCTION_TRIGGER_PATTERN
     VALID: ClassVar[tuple[str, ...]] = (
+        # slices of an integer tensor the Function made (routing indices): they never require grad, so
+        # autograd puts no in-place restriction on them
+        "import torch\n"
+        "class Sort(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, scores, n):\n"
+        "        idx = torch.empty(2 * n, dtype=torch.int32, device=scores.device)\n"
+        "        order = scores.argsort().long()\n"
+        "        return scores * 2, idx[:n], idx[n:], order.view(-1)\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g, *_):\n"
+        "        return g * 2, None\n",
         # the tensor itself
         "import torch\n"
         "class F(torch.autograd.Function):\n"

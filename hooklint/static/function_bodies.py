@@ -101,7 +101,7 @@ def _view(expr: ast.AST, func: ast.AST, inputs: set[str], dirty: set[str], depth
     if isinstance(expr, ast.Call):
         callee = expr.func
         if isinstance(callee, ast.Attribute) and callee.attr in VIEW_METHODS and callee.attr not in _TUPLE_OF_VIEWS:
-            if _receiver_dirty(callee.value, dirty):
+            if _receiver_dirty(callee.value, dirty) or _integer_tensor(callee.value, func):
                 return None
             if isinstance(callee.value, ast.Name) and callee.value.id in inputs:
                 return None  # a view of an input (`x.view_as(x)` in a gradient-reversal Function): an identity idiom
@@ -127,8 +127,44 @@ def _view(expr: ast.AST, func: ast.AST, inputs: set[str], dirty: set[str], depth
             return None  # `outs[0]` of a tuple or list: the element itself, not a view
         if isinstance(base, ast.Attribute) and base.attr == "saved_tensors":
             return None
+        if _integer_tensor(base, func):
+            return None
         return f"a slice (`{ast.unparse(expr)}`)", ""
     return None
+
+
+_INTEGER_DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "short", "int", "long", "uint16",
+                             "uint32", "uint64"})
+
+
+def _integer_tensor(base: ast.AST, func: ast.AST) -> bool:
+    """A local made with an integer or bool dtype (``torch.empty(n, dtype=torch.int32)``, ``x.long()``):
+    such a tensor never requires grad, so autograd puts no in-place restriction on its views (vllm's
+    routing indices)."""
+    if not isinstance(base, ast.Name):
+        return False
+    values = _local_values(base.id, func, base)
+    return bool(values) and all(_integer_made(v) for v in values)
+
+
+def _integer_made(value: ast.AST) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    for keyword in value.keywords:
+        if keyword.arg == "dtype":
+            return _integer_dtype(keyword.value)
+    callee = value.func
+    if isinstance(callee, ast.Attribute):
+        if callee.attr in ("long", "int", "short", "bool", "byte", "char") and not value.args:
+            return True
+        if callee.attr == "to" and value.args:
+            return _integer_dtype(value.args[0])
+    return False
+
+
+def _integer_dtype(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "torch" \
+        and expr.attr in _INTEGER_DTYPES
 
 
 def _identity_choice(name: ast.Name, func: ast.AST) -> str | None:

@@ -122,6 +122,9 @@ def reaching_assignments(stmt: ast.stmt, name: str, func: ast.AST) -> list[ast.A
     it, the nearest plain assignment ends the search (it kills the earlier ones); assignments nested in
     compound statements on the way may or may not run, and are all kept."""
     out: list[ast.Assign] = []
+    # `if t:` / `if not t:` statements that bind the name, seen on the way back (in this block or an
+    # enclosing one: each ran before ``stmt`` on this path)
+    one_sided: list[tuple[str, bool]] = []
     cur = stmt
     while cur is not None and cur is not func:
         block = _block_of(cur)
@@ -134,11 +137,66 @@ def reaching_assignments(stmt: ast.stmt, name: str, func: ast.AST) -> list[ast.A
                 return out
             if not isinstance(prev, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 out.extend(n for n in ast.walk(prev) if isinstance(n, ast.Assign) and _binds(n, name))
+                if _certainly_binds(prev, name):
+                    return out  # every path through it binds the name: the earlier bindings are dead
+                side = _one_sided_binding(prev, name)
+                if side is not None:
+                    if (side[0], not side[1]) in one_sided:
+                        return out  # `if t: y = ...` and `if not t: y = ...`: one of them always runs
+                    one_sided.append(side)
         cur = getattr(cur, "_hl_parent", None)
         if isinstance(cur, (ast.For, ast.AsyncFor, ast.While)):
             # a later statement of the loop body reaches the next iteration
             out.extend(n for n in ast.walk(cur) if isinstance(n, ast.Assign) and _binds(n, name) and n not in out)
     return out
+
+
+def _certainly_binds(stmt: ast.stmt, name: str) -> bool:
+    """Does every normal path through ``stmt`` bind ``name``?  (both branches of an ``if``, a ``with``'s
+    body; a loop or ``try`` may run its body zero times or leave it early)"""
+    if isinstance(stmt, ast.Assign):
+        return _binds(stmt, name)
+    if isinstance(stmt, ast.If):
+        return any(_certainly_binds(s, name) for s in stmt.body) and \
+            any(_certainly_binds(s, name) for s in stmt.orelse)
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        return any(_certainly_binds(s, name) for s in stmt.body)
+    return False
+
+
+def _one_sided_binding(stmt: ast.stmt, name: str) -> tuple[str, bool] | None:
+    """``if t: <binds name>`` as (t, True), ``if not t: ...`` as (t, False); the ``else`` branch binding
+    it instead counts as the opposite side."""
+    if not isinstance(stmt, ast.If):
+        return None
+    in_body = any(_certainly_binds(s, name) for s in stmt.body)
+    in_else = any(_certainly_binds(s, name) for s in stmt.orelse)
+    if in_body == in_else:
+        return None
+    test, positive = stmt.test, in_body
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, positive = test.operand, not positive
+    if not isinstance(test, (ast.Name, ast.Attribute)):
+        return None
+    return ast.dump(test), positive
+
+
+def _guard_none_beside(stmt: ast.stmt, guard_names: set[str]) -> bool:
+    """``a = b = None`` or ``b = None`` in the same block as ``stmt``'s ``a = None``: on that path the
+    guard is None too (names kept in step, as ``x`` and its view ``x_``)."""
+    if isinstance(stmt, ast.Assign) and any(isinstance(tg, ast.Name) and tg.id in guard_names
+                                            for tg in stmt.targets):
+        return True
+    block = _block_of(stmt)
+    if block is None:
+        return False
+    for other in block:
+        if other is stmt or not isinstance(other, ast.Assign):
+            continue
+        if isinstance(other.value, ast.Constant) and other.value.value is None and \
+                any(isinstance(tg, ast.Name) and tg.id in guard_names for tg in other.targets):
+            return True
+    return False
 
 
 def _binds(stmt: ast.Assign, name: str) -> bool:
@@ -263,6 +321,8 @@ def _witness(expr: ast.AST, func: ast.AST, name: str, guard_names: set[str], tre
             return _assignments_witness(reaching_assignments(stmt, name, func), func, name, guard_names, tree,
                                         cls, depth, seen)
         if isinstance(stmt, ast.Assign) and stmt.value is expr and _overwritten(stmt, name, guard_names):
+            return None
+        if isinstance(stmt, ast.Assign) and stmt.value is expr and _guard_none_beside(stmt, guard_names):
             return None
         words = " and ".join(f"`{ast.unparse(t)}` is {'true' if b else 'false'}" for t, b in held[:2])
         return NoneWitness(stmt if stmt is not None else expr, func, words)

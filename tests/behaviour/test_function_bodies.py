@@ -182,3 +182,39 @@ def test_hkl504_quotes_the_error_torch_raises_for_each_output():
         assert real.startswith(text), (text, real)  # the index, the name and the reason torch gives
     assert "returns multiple views" in quoted[("Halves", 2)]
     assert "created inside a custom Function" in quoted[("Single", 0)]
+
+
+def test_integer_views_made_inside_a_function_can_be_modified_in_place():
+    """HKL504 stays quiet on integer outputs: a view of an int32 tensor the Function made has no
+    grad, so torch allows `+=` on it (vllm's routing indices); a float view of the same shape raises."""
+
+    class Sort(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, scores, n):
+            idx = torch.arange(2 * n, dtype=torch.int32)
+            buf = scores.detach() * 2
+            return buf.view(-1), idx[:n], idx[n:]
+
+        @staticmethod
+        def backward(ctx, g, *_):
+            return g * 2, None
+
+    scores = torch.randn(4, requires_grad=True)
+    values, first, second = Sort.apply(scores, 2)
+    first += 1
+    second.zero_()
+    assert first.tolist() == [1, 2] and second.tolist() == [0, 0]
+    with pytest.raises(RuntimeError, match=VIEW_ERROR):
+        values += 1
+    src = (
+        "import torch\n"
+        "class Sort(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, scores, n):\n"
+        "        idx = torch.arange(2 * n, dtype=torch.int32)\n"
+        "        return scores * 2, idx[:n], idx[n:]\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g, *_):\n"
+        "        return g * 2, None\n"
+    )
+    assert not [f for f in lint(src) if f.code == "HKL504"]
