@@ -403,7 +403,7 @@ def check_parallel(files: list[str], options: CheckOptions, graph_facts: dict[st
         tasks.append((index, path, expected, cache is not None, None, project))
 
     for outcome in _run(tasks, options, graph_facts, _run_tasks, _crashed_check):
-        _settle(outcome, files, results, records, options, cache)
+        _settle(outcome, files, results, records, options, cache, project)
 
     done = [r for r in results if r is not None]
     assert len(done) == len(files), "a file without a result"
@@ -425,13 +425,21 @@ def check_parallel(files: list[str], options: CheckOptions, graph_facts: dict[st
 
 
 def _settle(outcome: Outcome, files: list[str], results: list[FileResult | None], records: dict[int, Record],
-            options: CheckOptions, cache: StaticCache | None) -> None:
+            options: CheckOptions, cache: StaticCache | None, project: bool = False) -> None:
     path = files[outcome.index]
     if outcome.result is None:  # unchanged bytes under a new stat signature
         assert cache is not None and outcome.record is not None
-        reused = cache.reuse(path, outcome.record)
-        results[outcome.index] = reused if reused is not None else _guarded_check(path, options, None)
-        return
+        reused = cache.reuse(path, outcome.record, need_summary=project)
+        if reused is not None:
+            results[outcome.index] = reused
+            return
+        # Nothing usable under those bytes: a context entry (no result), or a parsed result without the
+        # summary the project pass needs.  Checked as a new file would be (summarized, and stored): a
+        # result without its summary is a parsed file with no call sites, whose callers are never searched.
+        outcome = check_task(outcome.index, path, options, None, None, True, None, project)
+        if outcome.result is None:  # cannot happen without an expected hash; guarded all the same
+            results[outcome.index] = _guarded_check(path, options, None, None, project)
+            return
     results[outcome.index] = outcome.result
     if cache is not None and outcome.record is not None:
         records[outcome.index] = outcome.record

@@ -195,13 +195,16 @@ class StaticCache:
             extra["n"] = 1
         self._updates[path] = [record.signature, record.sha256, record.read_at, [], extra]
 
-    def reuse(self, path: str, record: Record) -> FileResult | None:
-        """The stored result for bytes that hash as before, under a new signature."""
+    def reuse(self, path: str, record: Record, need_summary: bool = False) -> FileResult | None:
+        """The stored result for bytes that hash as before, under a new signature.
+        ``need_summary``: a parsed result must hold its call-graph summary (a
+        project run), as :func:`hooklint.parallel.check_parallel` asks of a
+        :meth:`lookup` hit."""
         entry = self.entries.get(path)
         if not _well_formed(entry) or entry[1] != record.sha256:
             return None
         found = _result(entry[3], entry[4])
-        if found is None:
+        if found is None or (need_summary and found.parsed and found.summary is None):
             return None
         self.store(path, record, found, scanned=bool(entry[4].get("n")))
         self.hits += 1

@@ -109,6 +109,30 @@ def test_the_staged_file_gets_one_verdict_whatever_the_cache_holds(project):
     assert staged_run(project) == empty  # warm: the cache of the whole project
 
 
+def test_a_caller_the_prefilter_admits_and_the_cache_holds_as_context(project):
+    """The staged run stores `scripts/train.py` as context (a summary, no
+    result).  The whole project's run then checks it: written within the
+    racy window of that read, its bytes hash as stored, and the result reused
+    under them was none, so the file was checked again without its summary;
+    a parsed file without a summary has no call sites, and its callers were
+    never searched: the loop was lost (a warning instead of the error).  The
+    comment names a hook API, so the prefilter admits the caller whatever
+    the rules' patterns; its mtime in the future keeps every read racy."""
+    import os
+    import time
+
+    train = project / "scripts" / "train.py"
+    train.write_text(textwrap.dedent(CALLER_IN_A_LOOP) + "# its features come from register_forward_hook\n")
+    later = time.time_ns() + 3_600 * 10**9
+    os.utime(train, ns=(later, later))
+    _code, findings, _concise = staged_run(project)
+    assert "scripts/train.py:7 runs on every iteration of the loop" in findings[0]["message"], findings
+    whole = run_cli("check", "--static-only", "--output-format", "json", ".", cwd=project)
+    assert whole.returncode == 1, whole.stderr
+    assert [f for f in json.loads(whole.stdout) if f["filename"] == STAGED][0]["message"] == findings[0]["message"]
+    assert staged_run(project) == (_code, findings, _concise)  # warm: the cache of the whole project
+
+
 def test_a_caller_edited_since_the_cache_was_written(project):
     staged_run(project)
     run_cli("check", "--static-only", ".", cwd=project)
