@@ -92,8 +92,9 @@ class CaptureAssumesKwargTensor(Rule):
                "ones as None")
     severity = Severity.WARNING
     triggers = ("kwargs", "kw[", "kw.get")
+    # (`(?<![\w.])`: a dotted chain is tried from its start only; without it `.forward` chains backtrack)
     trigger_pattern = (r"with_kwargs|\.forward[ \t]*=[^=]|setattr\(.{0,80}?[\"']forward[\"']"
-                       r"|(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
+                       r"|(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
     VALID: ClassVar[tuple[str, ...]] = (
         # tested for None
         "def watch(model, log):\n"

@@ -351,7 +351,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   ('static',),
   ('register_forward_pre_hook', 'forward'),
   'register_forward_pre_hook|\\.forward[ '
-  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
+  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(?<![\\w.])(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
   '\\t]*[A-Z]\\w*\\([ \\t]*\\1',
   True),
  ('HKL318',
@@ -489,7 +489,8 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   True,
   ('static',),
   ('self.__dict__', 'vars(self)'),
-  'not\\s+in|-',
+  '(?:self\\.__dict__|vars\\(self\\))[\\w.()]*[ \\t]*(?:#[^\\n]*)?(?:\\\\?\\n[ '
+  '\\t]*)?-|(?:self\\.__dict__|vars\\(self\\))[^\\n]{0,80}\\bnot[ \\t]+in\\b',
   True),
  ('HKL335',
   'found-handle-removed',
@@ -549,7 +550,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
    'register_module_full_backward_pre_hook',
    'hooks(',
    'hook('),
-  '\\b(?:for|while)\\b',
+  '=[ \\t]*[\\w.]*hooks?\\(',
   True),
  ('HKL401',
   'hook-mutates-argument',
@@ -664,7 +665,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   ('static',),
   ('kwargs', 'kw[', 'kw.get'),
   'with_kwargs|\\.forward[ '
-  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
+  '\\t]*=[^=]|setattr\\(.{0,80}?[\\"\']forward[\\"\']|(?<![\\w.])(\\w+(?:\\.\\w+)*\\[[^\\]\\n]{1,40}\\])[ \\t]*=[ '
   '\\t]*[A-Z]\\w*\\([ \\t]*\\1',
   True),
  ('HKL413',

@@ -72,7 +72,9 @@ class HandleOverwrittenInLoop(Rule):
     summary = "A loop overwrites the hook handles it keeps: earlier iterations' hooks can never be removed"
     severity = Severity.WARNING
     triggers = REGISTRATION_TRIGGERS + ("hooks(", "hook(")
-    trigger_pattern = r"\b(?:for|while)\b"
+    # a handle (or a helper's list of them) bound by assignment: `h = m.register_forward_hook(...)`,
+    # `handles = add_oom_hooks(model)`
+    trigger_pattern = r"=[ \t]*[\w.]*hooks?\("
 
     VALID: ClassVar[tuple[str, ...]] = (
         # collected with extend / append

@@ -81,7 +81,10 @@ class InstanceStatePicksForwardWrapper(Rule):
     summary = "A module's own state is read off its instance __dict__ minus names that miss a forward wrapper's"
     severity = Severity.WARNING
     triggers = ("self.__dict__", "vars(self)")
-    trigger_pattern = r"not\s+in|-"
+    # the instance dict read and filtered in one expression: `... .keys() - SKIP` (perhaps across a line
+    # break) or a comprehension's `if k not in ...`
+    trigger_pattern = (r"(?:self\.__dict__|vars\(self\))[\w.()]*[ \t]*(?:#[^\n]*)?(?:\\?\n[ \t]*)?-"
+                       r"|(?:self\.__dict__|vars\(self\))[^\n]{0,80}\bnot[ \t]+in\b")
     VALID: ClassVar[tuple[str, ...]] = (
         # the skip list leaves out the instance forward and accelerate's attributes
         "import torch.nn as nn\n"

@@ -89,8 +89,9 @@ class PreHookNeedsPositionalInput(Rule):
     triggers = ("register_forward_pre_hook", "forward")
     # a registration, or a function stored as a module's `forward` (assignment, `setattr`), or a wrapper
     # module built around the module in its own slot (`layers[0] = Catcher(layers[0])`)
+    # (`(?<![\w.])`: a dotted chain is tried from its start only; without it `.forward` chains backtrack)
     trigger_pattern = (r"register_forward_pre_hook|\.forward[ \t]*=[^=]|setattr\(.{0,80}?[\"']forward[\"']"
-                       r"|(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
+                       r"|(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
     VALID: ClassVar[tuple[str, ...]] = (
         # with_kwargs: the hook sees both
         "def watch(model, log):\n"
