@@ -112,6 +112,18 @@ CLASSES: dict[str, str] = {
     "function-save-for-backward-non-tensor": "custom Function saves a non-tensor for backward",
     "hook-signature-mismatch": "hook defined with a signature its caller does not use",
     "hook-state-rebound": "hook writes state the owner later rebinds, so one side sees stale state",
+    # Named by the fifth round's finders (2026-11-28), described from the names alone.
+    "function-applied-to-subset": "custom Function applied to only part of what it should cover",
+    "function-skipped-by-requires-grad-guard": "custom Function skipped by a requires_grad guard",
+    "checkpoint-recompute-rng-state": "checkpoint recomputation runs under different RNG state",
+    "backward-fallback-signature-mismatch": "backward fallback called with a signature it does not take",
+    "function-backward-undefined-helper": "custom Function backward reaches a helper that is not defined",
+    "hook-edits-wrong-slice": "hook edits the wrong slice of a tensor",
+    "hook-site-misplaced": "hook registered at the wrong module or site",
+    "hook-site-missing": "hook missing from a site that needs it",
+    "hook-assumes-unbatched-activation": "hook assumes an activation without a batch dimension",
+    "hook-accumulates-autograd-graph": "hook keeps autograd graphs alive across calls",
+    "forward-hook-reads-mutated-input": "forward hook reads an input the forward mutated",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
