@@ -166,6 +166,15 @@ class FullHookOnCallerModule(Rule):
         "        if hasattr(m, 'inplace'):\n"
         "            m.inplace = False\n"
         "        m.register_full_backward_hook(hook)\n",
+        # the function recurses into the children: more registrations, no forward run
+        # (torchexplorer's `_add_io_grad_histogram_hooks`, handed a `should_log_callable`)
+        "def add_hooks(module, should_log_callable, store):\n"
+        "    def hook(mod, grad_input, grad_output):\n"
+        "        if should_log_callable():\n"
+        "            store.append(grad_input[0])\n"
+        "    module.register_full_backward_hook(hook)\n"
+        "    for child in module.children():\n"
+        "        add_hooks(child, should_log_callable, store)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(

@@ -228,6 +228,20 @@ _INSPECTING_BUILTINS = frozenset({"len", "isinstance", "hasattr", "getattr", "id
                                   "list", "tuple", "dict", "set", "sorted", "bool", "int", "float"})
 
 
+def is_recursive_call(call: ast.Call, func: ast.AST | None) -> bool:
+    """Does ``call`` call ``func`` itself (``walk(child, ...)`` inside ``walk``,
+    ``self.walk(child)`` inside the method ``walk``)?  A function that hooks a
+    module and recurses into its children registers more hooks; the recursion
+    runs no model."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id == func.name
+    return isinstance(f, ast.Attribute) and f.attr == func.name and isinstance(f.value, ast.Name) \
+        and f.value.id in ("self", "cls")
+
+
 def runs_callers_code_by_name(call: ast.Call, func: ast.AST, model: Any) -> bool:
     """:func:`_runs_callers_code` for a call in ``func``."""
     arguments = _all_params(func)
@@ -288,7 +302,7 @@ def callers_code_run_after(model: SemanticModel, call: ast.Call) -> ast.Call | N
                     and _precedes_in_block(call, n, func)), key=lambda n: (n.lineno, n.col_offset))
     for candidate in later:
         name = candidate.func.attr if isinstance(candidate.func, ast.Attribute) else ""
-        if name.startswith("register") or name == "apply":
+        if name.startswith("register") or name == "apply" or is_recursive_call(candidate, func):
             continue
         if _runs_callers_code(candidate, params, self_name, cls):
             return candidate

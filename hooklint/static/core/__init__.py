@@ -702,13 +702,15 @@ class Core:
         seen, a call handed a model or function to run whose name says so
         (``_run_forward(forward_fn, inputs)``: a heuristic on names, the last
         resort)."""
-        from hooklint.static.handles import runs_callers_code_by_name
+        from hooklint.static.handles import is_recursive_call, runs_callers_code_by_name
 
         for call in _calls_in_header(stmt):
             f = call.func
             name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
             if name in ("remove", "apply") or name.startswith("register"):
                 continue  # more registrations, or taking them off: not the caller's code
+            if is_recursive_call(call, func):
+                continue  # the function again on a child (`add_hooks(child, ...)`): more of the same, no forward
             if isinstance(f, ast.Name) and P.is_callers(self.places.of(f, func)):
                 return call
             if isinstance(f, ast.Attribute):
