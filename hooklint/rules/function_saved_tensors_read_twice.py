@@ -237,12 +237,12 @@ class FunctionSavedTensorsReadTwice(Rule):
                     again = (f"runs after the unpack on line {line}" if line != site.node.lineno  # type: ignore[attr-defined]
                              else "runs after the unpack before it on this line")
                 in_fn = "" if rep.func is backward.backward else f" (in `{getattr(rep.func, 'name', '?')}`, which " \
-                        f"`{backward.name}.backward` calls with its ctx)"
+                        f"{backward.label} calls with its ctx)"
                 related = [] if rep.earlier is site else [
                     Related("unpacked first here", ctx.display_path, ctx.span(rep.earlier.node)[0])]
                 yield self.finding(
                     ctx, site.node,
-                    f"{where} {again} in one call of `{backward.name}.backward`{in_fn}: every read of "
+                    f"{where} {again} in one call of {backward.label}{in_fn}: every read of "
                     f"`ctx.{read.attr}` unpacks all saved tensors again, so the active saved-tensor hooks' unpack "
                     f"runs once per read; non-reentrant activation checkpointing allows one unpack per tensor and "
                     f"raises CheckpointError on the second, and an offloading unpack hook reloads the tensors "

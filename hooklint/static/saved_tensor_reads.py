@@ -15,6 +15,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from hooklint.static.autograd_function import registered_backwards
 from hooklint.static.backward_flow import function_backwards
 from hooklint.static.context import FileContext
 from hooklint.static.semantic import is_classmethod, is_staticmethod, positional_params
@@ -55,7 +56,7 @@ class RepeatedUnpack:
 
 @dataclass
 class BackwardUnpacks:
-    name: str  # the Function's name
+    label: str  # "`Fn.backward`", or the op a backward is registered for
     backward: ast.AST
     ctx_name: str
     repeated: list[RepeatedUnpack]
@@ -269,14 +270,17 @@ def backward_unpacks(ctx: FileContext) -> list[BackwardUnpacks]:
     reads = _Reads(ctx)
     core = ctx.core
     out: list[BackwardUnpacks] = []
-    for fn in function_backwards(ctx.model):
-        params = positional_params(fn.backward)
+    backwards: list[tuple[str, ast.AST]] = [(f"`{fn.name}.backward`", fn.backward)
+                                            for fn in function_backwards(ctx.model)]
+    backwards += [(f"the backward registered for `{reg.name}`", reg.backward) for reg in registered_backwards(ctx)]
+    for name, backward in backwards:
+        params = positional_params(backward)
         if not params:
             continue
-        sites = reads.sites(fn.backward, params[0])
+        sites = reads.sites(backward, params[0])
         if not sites:
             continue
-        repeated = repeated_unpacks(fn.backward, sites, core)
+        repeated = repeated_unpacks(backward, sites, core)
         # a helper that unpacks twice by itself repeats in every backward that calls it
         seen_helpers: set[int] = set()
         for site in sites:
@@ -286,7 +290,7 @@ def backward_unpacks(ctx: FileContext) -> list[BackwardUnpacks]:
                 seen_helpers.add(id(helper))
                 repeated.extend(_helper_repeats(reads, helper, site.node, core))
         if repeated:
-            out.append(BackwardUnpacks(fn.name, fn.backward, params[0], repeated))
+            out.append(BackwardUnpacks(name, backward, params[0], repeated))
     return out
 
 

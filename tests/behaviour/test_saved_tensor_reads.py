@@ -2,6 +2,8 @@
 once in a custom Function's backward, run on the fixture's own Functions
 (fixtures/rules/hkl514_function_saved_tensors_read_twice.py).
 
+- The same holds for the backward a custom op registers with
+  `torch.library.register_autograd` (the fixture's `hkl514::scaled_mul`).
 - Each read of `ctx.saved_tensors` unpacks every saved tensor again: under a
   counting `saved_tensors_hooks`, a Function that saves two tensors and reads
   them twice runs the unpack hook four times for two packs.
@@ -71,7 +73,7 @@ def _names(functions, group):
     return [f.__name__ for f in functions[group]]
 
 
-BAD = ["SlicedTwice", "PerGradient", "CountedFirst", "PerSlot", "ThroughHelper", "ThroughOwnMethods"]
+BAD = ["SlicedTwice", "PerGradient", "CountedFirst", "PerSlot", "ThroughHelper", "ThroughOwnMethods", "ScaledMul"]
 GOOD = ["ReadOnce", "EitherBranch", "LoopOverSaved", "HelperOnce"]
 
 
@@ -113,6 +115,8 @@ def test_hooklint_reports_the_bad_functions_only(functions):
         for i in range(row - 1, -1, -1):
             if lines[i].startswith("class "):
                 return lines[i].split()[1].split("(")[0]
+            if lines[i].startswith("def _scaled_mul_backward"):
+                return "ScaledMul"
         return None
 
     flagged = {owner(f.location.row) for f in findings}
