@@ -74,6 +74,13 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
                 stack.append(child)
 
 
+def _lambda_or_own_nodes(func: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(func, ast.Lambda):
+        yield from ast.walk(func.body)
+    else:
+        yield from _own_nodes(func)
+
+
 def ctx_aliases(func: ast.AST, ctx_name: str) -> set[str]:
     """``ctx_name`` and the local names bound to it (``c = ctx``, ``c: Any = ctx``)."""
     names = {ctx_name}
@@ -128,7 +135,33 @@ class _Reads:
         self._cache[key] = out
         return out
 
+    def _closure_read(self, call: ast.Call, names: set[str], depth: int) -> UnpackSite | None:
+        """A call of a function or lambda defined in this body that reads the enclosing ``ctx`` itself:
+        `load = lambda i: ctx.saved_tensors[i]`, `def get(i): return ctx.saved_tensors[i]`."""
+        if not isinstance(call.func, ast.Name):
+            return None
+        bindings = self.model.bindings_at(call.func)
+        if len(bindings) != 1:
+            return None
+        binding = bindings[0]
+        inner: ast.AST | None = None
+        if binding.kind == "def" and isinstance(binding.node, _FUNCS):
+            inner = binding.node
+        elif isinstance(binding.value, ast.Lambda):
+            inner = binding.value
+        if inner is None or not any(_is_read(n, names) for n in _lambda_or_own_nodes(inner)):
+            return None
+        own_params = {a.arg for a in inner.args.posonlyargs + inner.args.args + inner.args.kwonlyargs}  # type: ignore[attr-defined]
+        free = names - own_params
+        read = next((n for n in _lambda_or_own_nodes(inner) if _is_read(n, free)), None)
+        if read is None:
+            return None
+        return UnpackSite(call, read, [inner])  # type: ignore[arg-type]
+
     def _helper_read(self, call: ast.Call, names: set[str], depth: int) -> UnpackSite | None:
+        closure = self._closure_read(call, names, depth)
+        if closure is not None:
+            return closure
         position: int | None = None
         keyword: str | None = None
         for i, arg in enumerate(call.args):
