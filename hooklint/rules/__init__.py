@@ -94,6 +94,8 @@ _RULE_MODULES = (
     "hooklint.rules.capture_assumes_kwarg_tensor",
     "hooklint.rules.hook_outputs_paired_by_position",
     "hooklint.rules.capture_first_value_then_append",
+    "hooklint.rules.function_saved_tensors_read_twice",
+    "hooklint.rules.saved_tensor_dtype_not_restored",
 )
 
 

@@ -536,3 +536,35 @@ def storage_handles(tree: ast.Module, facts: LayoutFacts | None = None) -> list[
                 if missing:
                     out.append(StorageHandle(func, getattr(value, "_hl_parent", value), missing))
     return out
+
+
+def hook_function_pairs(tree: ast.Module) -> list[tuple[ast.AST, ast.AST, ast.Call | None]]:
+    """(pack, unpack, the call installing them) for each pair of saved-tensor hooks whose two
+    functions the file defines, each named once (a lambda, a function or a method of that name)."""
+    functions: dict[str, list[Function]] = {}
+    for func in _functions(tree):
+        functions.setdefault(func.name, []).append(func)
+    out: list[tuple[ast.AST, ast.AST, ast.Call | None]] = []
+    seen: set[tuple[int, int]] = set()
+    for pack_expr, unpack_expr in _hook_pairs(tree):
+        packs, unpacks = _own_method(pack_expr) or _function_for(pack_expr, functions), \
+            _own_method(unpack_expr) or _function_for(unpack_expr, functions)
+        if len(packs) != 1 or len(unpacks) != 1 or (id(packs[0]), id(unpacks[0])) in seen:
+            continue
+        seen.add((id(packs[0]), id(unpacks[0])))
+        call = getattr(pack_expr, "_hl_parent", None)
+        out.append((packs[0], unpacks[0], call if isinstance(call, ast.Call) else None))
+    return out
+
+
+def _own_method(expr: ast.AST) -> list[ast.AST]:
+    """`self.pack` passed inside a class: that class's own method of the name (several classes of a file
+    may each define a `pack`)."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return []
+    cls = getattr(expr, "_hl_parent", None)
+    while cls is not None and not isinstance(cls, ast.ClassDef):
+        cls = getattr(cls, "_hl_parent", None)
+    if cls is None:
+        return []
+    return [n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == expr.attr]
