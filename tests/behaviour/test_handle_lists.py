@@ -65,3 +65,19 @@ def test_explainer_set_grows_per_call_and_the_popping_twin_does_not(lists):
     for _ in range(4):
         popping.explain(torch.randn(2, 3))
     assert popping.handles == []
+
+
+def test_handles_joined_with_plus_equals_grow_per_call_and_the_emptied_twin_does_not(lists):
+    """`self._handles += helper(self.layers.values(), hook)`: each call adds one
+    handle per layer behind the removed ones (nngeometry's Jacobian backend)."""
+    layers = {"a": nn.Linear(3, 3), "b": nn.Linear(3, 3)}
+    model = nn.Sequential(*layers.values())
+    stats = lists["ViewStatistics"](model, layers)
+    for _ in range(3):
+        stats.measure(torch.randn(2, 3))
+        assert all(len(layer._forward_hooks) == 0 for layer in layers.values())
+    assert len(stats._handles) == 6
+    emptied = lists["ViewStatisticsEmptied"](model, layers)
+    for _ in range(3):
+        emptied.measure(torch.randn(2, 3))
+    assert emptied._handles == []

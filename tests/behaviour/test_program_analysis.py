@@ -323,6 +323,29 @@ def test_helpers_removing_outside_finally_leave_every_hook(on_exception):
     assert all(len(m._forward_hooks) == 1 for m in model.modules())
 
 
+def test_handles_added_with_plus_equals_through_a_view_stay_when_the_loop_raises(on_exception):
+    """A helper hooks the modules of a view (`table.values()`, `model.children()`)
+    and its handles join a list with `+=`: a raise in the loop skips the removal."""
+
+    def batches():
+        yield torch.ones(1, 3)
+        raise ValueError("the loader failed")
+
+    model = Raises()
+    stats = on_exception.TableStatistics(model, {"fc": model.fc})
+    with pytest.raises(ValueError):
+        stats.collect(batches())
+    assert len(model.fc._forward_hooks) == 1, "the table's module keeps the hook"
+    model = Raises()
+    with pytest.raises(ValueError):
+        on_exception.gather_children(model, [torch.ones(1, 3)])
+    assert all(len(child._forward_hooks) == 1 for child in model.children())
+    twin = Raises()
+    with pytest.raises(ValueError):
+        on_exception.gather_children_safely(twin, [torch.ones(1, 3)])
+    assert not any(child._forward_hooks for child in twin.children())
+
+
 # ------------------------------------------------------------ across files
 
 def test_function_applied_with_more_inputs_than_backward_returns(monkeypatch):

@@ -210,12 +210,19 @@ class Places:
                 return self.of(f.value, func, depth + 1)
             if f.attr in _PART_ACCESSORS:
                 return element(self.of(f.value, func, depth + 1))
+            if f.attr in _PART_ITERATORS and not self._is_class_ref(f.value):
+                # `self.layers.values()`, `model.modules()` handed on as a value (an argument a helper
+                # iterates): a view of the receiver's parts, as iterating it in place gives
+                return element(self.of(f.value, func, depth + 1))
         if isinstance(f, ast.Name) and f.id == "getattr" and call.args and self._builtin(f):
             return element(self.of(call.args[0], func, depth + 1))
         if isinstance(f, ast.Name) and self._is_class(f):
             return NEW
         found = self.returned_by_call(call, func)
         return found if found is not None else UNKNOWN
+
+    def _is_class_ref(self, value: ast.AST) -> bool:
+        return isinstance(value, ast.Name) and self._is_class(value)
 
     def _copied_by_name(self, value: ast.AST) -> ast.AST:
         """``table`` bound once to ``dict(model.named_modules())`` (or a ``list`` /
