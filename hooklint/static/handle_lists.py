@@ -232,3 +232,24 @@ def _with_bases(cls: Any) -> list[Any]:
             out.append(base)
             stack.extend(base.local_bases)
     return out
+
+
+def stale_guard(method: ast.AST, attr: str) -> ast.If | None:
+    """An ``if self.<attr>: return`` (or ``if len(self.<attr>) ...: return``)
+    in ``method`` before it adds handles: the "already installed" test that
+    a list never emptied keeps true after the hooks were removed, so the
+    method never registers them again (xformers' profiler)."""
+    for node in ast.walk(method):
+        if not isinstance(node, ast.If) or node.orelse or not node.body \
+                or not isinstance(node.body[-1], ast.Return):
+            continue
+        test = node.test
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "len" \
+                and len(test.args) == 1:
+            test = test.args[0]
+        elif isinstance(test, ast.Compare) and isinstance(test.left, ast.Call) \
+                and isinstance(test.left.func, ast.Name) and test.left.func.id == "len" and len(test.left.args) == 1:
+            test = test.left.args[0]
+        if _self_attr(test, attr):
+            return node
+    return None

@@ -81,3 +81,18 @@ def test_handles_joined_with_plus_equals_grow_per_call_and_the_emptied_twin_does
     for _ in range(3):
         emptied.measure(torch.randn(2, 3))
     assert emptied._handles == []
+
+
+def test_an_already_installed_test_on_a_stale_list_never_installs_again(lists):
+    """The list keeps the removed handles, so `if self.installed: return` skips
+    every later install: the second run records nothing."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    tracer = lists["GuardedTracer"](model)
+    tracer.install()
+    model(torch.randn(1, 3))
+    assert len(tracer.entered) == 2
+    tracer.uninstall()
+    tracer.install()
+    model(torch.randn(1, 3))
+    assert len(tracer.entered) == 2, "the second install registered nothing"
+    assert all(not m._forward_pre_hooks for m in model.children())
