@@ -96,3 +96,20 @@ def test_an_already_installed_test_on_a_stale_list_never_installs_again(lists):
     model(torch.randn(1, 3))
     assert len(tracer.entered) == 2, "the second install registered nothing"
     assert all(not m._forward_pre_hooks for m in model.children())
+
+
+def test_a_concatenated_list_grows_and_a_name_keyed_dict_does_not(lists):
+    """`self.hooks = self.hooks + [...]` keeps every earlier handle; a dict keyed by
+    child name (`update({name: handle})`) replaces them."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    probe = lists["ConcatenatingProbe"](model)
+    for _ in range(3):
+        probe.probe(torch.randn(1, 3))
+    assert len(probe.hooks) == 6
+    assert all(not m._forward_hooks for m in model.children())
+    keyed = lists["KeyedUpdateProbe"](model)
+    for _ in range(3):
+        with keyed:
+            model(torch.randn(1, 3))
+    assert len(keyed.by_name) == 2
+    assert all(not m._forward_hooks for m in model.children())

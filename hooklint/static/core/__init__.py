@@ -917,6 +917,11 @@ class Core:
                 in_container = True
             elif isinstance(parent, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) and node is parent.elt:
                 in_container = True
+            elif isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
+                in_container = True  # `self.hooks.update({name: handle})`
+            elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
+                # `self.handles = self.handles + [h]`, `hs + self._add_hooks(...)`: the concatenation holds them
+                in_container = True
             else:
                 break
             node, parent = parent, getattr(parent, "_hl_parent", None)

@@ -93,6 +93,10 @@ def root(place: str) -> str:
     return place.split(".", 1)[0]
 
 
+def _is_callers_part(place: str) -> bool:
+    return place.startswith(ELEMENT) and is_callers(place)
+
+
 def is_callers(place: str) -> bool:
     """Does the place name (a part of) something the caller handed over: a
     parameter, or an attribute of the object (set from outside)?"""
@@ -216,6 +220,10 @@ class Places:
                 return element(self.of(f.value, func, depth + 1))
         if isinstance(f, ast.Name) and f.id == "getattr" and call.args and self._builtin(f):
             return element(self.of(call.args[0], func, depth + 1))
+        if isinstance(f, ast.Name) and f.id in _ELEMENT_KEEPING and len(call.args) == 1 and self._builtin(f):
+            # `list(model.modules())`, `tuple(self.layers.values())` handed on: a copy of the parts
+            found = self.element_of(call.args[0], func, (), depth + 1)
+            return element(found) if _is_callers_part(found) else UNKNOWN
         if isinstance(f, ast.Name) and self._is_class(f):
             return NEW
         found = self.returned_by_call(call, func)
