@@ -7,7 +7,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.handle_lists import emptied, growing_handle_lists, one_shot_instances, removal_sites
+from hooklint.static.handle_lists import emptied, growing_handle_lists, one_shot_instances, removal_sites, stale_guard
 from hooklint.static.hooks import DYNAMIC_NAME_TRIGGERS, REGISTRATION_TRIGGERS
 
 
@@ -146,6 +146,21 @@ class HandleListNeverEmptied(Rule):
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
+            "class Tracer:\n"
+            "    def __init__(self, model):\n"
+            "        self.model, self.installed = model, []\n"
+            "    def install(self):\n"
+            "        if len(self.installed) > 0:\n"
+            "            return\n"
+            "        for m in self.model.modules():\n"
+            "            self.installed += [m.register_forward_pre_hook(self.enter)]\n"
+            "    def enter(self, m, args):\n"
+            "        pass\n"
+            "    def uninstall(self):\n"
+            "        for h in self.installed:\n"
+            "            h.remove()  # HKL316\n"
+        ),
+        Invalid(
             "class Probe:\n"
             "    def __init__(self, layers):\n"
             "        self.layers, self.handles = layers, []\n"
@@ -196,13 +211,23 @@ class HandleListNeverEmptied(Rule):
                     continue
                 adders = ", ".join(f"`{m}`" for m in growth.methods)
                 first = growth.adds[0]
+                adding = cls.methods.get(growth.methods[0]) if len(growth.methods) == 1 else None
+                guard = stale_guard(adding, growth.attr) if adding is not None else None
+                if guard is not None:
+                    message = (f"`{getattr(method, 'name', '?')}` removes the hooks whose handles are kept in "
+                               f"`self.{growth.attr}`, but nothing ever empties `self.{growth.attr}`, and "
+                               f"{adders} returns early at line {guard.lineno} while `self.{growth.attr}` holds "
+                               f"handles: after the first removal the stale handles make it skip, so the hooks "
+                               f"are never registered again on a later run")
+                else:
+                    message = (f"`{getattr(method, 'name', '?')}` removes the hooks whose handles are kept in "
+                               f"`self.{growth.attr}`, but nothing ever empties `self.{growth.attr}`, and {adders} "
+                               f"adds new handles to it each time it runs: used again (entered once per step, "
+                               f"attached per batch), the object keeps every earlier handle, so the list grows "
+                               f"without bound and each removal calls `remove()` on all of them again")
                 yield self.finding(
                     ctx, node,
-                    message=(f"`{getattr(method, 'name', '?')}` removes the hooks whose handles are kept in "
-                             f"`self.{growth.attr}`, but nothing ever empties `self.{growth.attr}`, and {adders} "
-                             f"adds new handles to it each time it runs: used again (entered once per step, "
-                             f"attached per batch), the object keeps every earlier handle, so the list grows "
-                             f"without bound and each removal calls `remove()` on all of them again"),
+                    message=message,
                     help=f"Empty the container after the removal loop: `self.{growth.attr}.clear()`.",
                     related=[Related(f"handles added to `self.{growth.attr}` here", ctx.display_path,
                                      ctx.span(first)[0])],

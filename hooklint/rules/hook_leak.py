@@ -16,7 +16,7 @@ from hooklint.static.hook_targets import KIND_WORDS, binding_of, hook_words, sin
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.owner_objects import owner_fate
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
-from hooklint.static.setup_methods import attributes_used, given_attributes, only_sets_up
+from hooklint.static.setup_methods import attributes_used, called_only_to_set_up, given_attributes, only_sets_up
 from hooklint.static.values import TensorValue, src
 
 
@@ -278,6 +278,18 @@ class HookLeak(Rule):
         "        self.embeddings.register_forward_hook(self.after_embeddings)\n"
         "    def after_embeddings(self, m, i, o):\n"
         "        return o\n",
+        # a set-up method reached only from another set-up step (a wrapper mixin walking its submodules)
+        "class EncoderMixin:\n"
+        "    def install(self, config):\n"
+        "        for block in self.blocks:\n"
+        "            self._hook_block(block)\n"
+        "    def _hook_block(self, block):\n"
+        "        block.register_forward_pre_hook(lambda m, args: args)\n"
+        "class WrapperMixin:\n"
+        "    def _install_parts(self, config):\n"
+        "        for part in self.backbone.modules():\n"
+        "            if hasattr(part, 'install'):\n"
+        "                part.install(config)\n",
         # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
         "class AddBatchDim:\n"
         "    def __call__(self, mod, args):\n"
@@ -899,16 +911,17 @@ class _LeakAnalysis:
                     methods = _ClassMethods(info)
                     if not only_sets_up(method, methods):
                         return False
-                    for call in model.calls_of_method(method.name):
-                        # called from this file by code that runs things (`self.register_hook()` before each
-                        # batch's forward): a step of that action, repeated with it
-                        caller = function_of(call)
-                        if caller is not method and getattr(caller, "name", None) not in (
-                                "__init__", "__post_init__", method.name):
-                            return False  # only construction, or the same step of a subclass, may call it
+                    if not called_only_to_set_up(model, method, self._class_methods_of, function_of):
+                        return False  # called by code that runs things: a step of that action
                     # the object's own modules only: a module it was given belongs to its caller
                     return not attributes_used(method, methods) & given_attributes(methods.all())
         return False
+
+    def _class_methods_of(self, func: ast.AST) -> "_ClassMethods | None":
+        cls = self.ctx.model.enclosing_class(func)
+        if cls is None or cls.methods.get(getattr(func, "name", "")) is not func:
+            return None
+        return _ClassMethods(cls)
 
     # ------------------------------------------------------------- handles
     def _handle_fate(self, reg: Registration, unit: ast.AST) -> str | None:

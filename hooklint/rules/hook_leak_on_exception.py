@@ -83,6 +83,24 @@ class HookLeakOnException(Rule):
     severity = Severity.WARNING
     triggers = REGISTRATION_TRIGGERS
     VALID: ClassVar[tuple[str, ...]] = (
+        # the registration runs only under a flag the class's constructor chain fixes to False
+        "class Base:\n"
+        "    def __init__(self, record=False):\n"
+        "        self.hs = []\n"
+        "        self.record = record\n"
+        "    def on(self, m):\n"
+        "        if self.record:\n"
+        "            self.hs.append(m.register_forward_hook(print))\n"
+        "    def off(self):\n"
+        "        for h in self.hs:\n"
+        "            h.remove()\n"
+        "class Quiet(Base):\n"
+        "    def __init__(self):\n"
+        "        Base.__init__(self, False)\n"
+        "    def run(self, model, x):\n"
+        "        self.on(model)\n"
+        "        model(x)\n"
+        "        self.off()\n",
         # removed in `finally`
         "def layer_output(model, layer, x):\n"
         "    outputs = []\n"

@@ -32,7 +32,7 @@ _CONSTRUCTION = frozenset({"__init__", "__post_init__", "__new__", "setup_method
 @dataclass(frozen=True)
 class Growth:
     attr: str
-    adds: list[ast.Call | ast.AugAssign]  # where handles are added (outside construction)
+    adds: list[ast.Call | ast.AugAssign | ast.Assign]  # where handles are added (outside construction)
     methods: list[str]  # the methods that add them
 
 
@@ -76,15 +76,24 @@ def _self_attr(node: ast.AST, attr: str) -> bool:
         and node.value.id == "self"
 
 
-def _adding_sites(method: ast.AST, attr: str) -> list[ast.Call | ast.AugAssign]:
-    out: list[ast.Call | ast.AugAssign] = []
+def _adding_sites(method: ast.AST, attr: str) -> list[ast.Call | ast.AugAssign | ast.Assign]:
+    out: list[ast.Call | ast.AugAssign | ast.Assign] = []
     for node in ast.walk(method):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ADDING \
                 and _self_attr(node.func.value, attr):
             out.append(node)
         elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and _self_attr(node.target, attr):
             out.append(node)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and _self_attr(node.targets[0], attr) \
+                and _concatenated(node.value, attr):
+            out.append(node)  # `self.hooks = self.hooks + [...]`
     return out
+
+
+def _concatenated(value: ast.AST | None, attr: str) -> bool:
+    """``self.<attr> + [...]`` (or ``[...] + self.<attr>``): the old entries kept, new ones added."""
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) \
+        and (_self_attr(value.left, attr) or _self_attr(value.right, attr))
 
 
 def emptied(core: Core, cls: Any, attr: str) -> ast.AST | None:
@@ -105,7 +114,8 @@ def emptied(core: Core, cls: Any, attr: str) -> ast.AST | None:
                 if isinstance(node, (ast.Assign, ast.AnnAssign)):
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                     for target in targets:
-                        if _self_attr(target, attr) and name not in _CONSTRUCTION:
+                        if _self_attr(target, attr) and name not in _CONSTRUCTION \
+                                and not _concatenated(node.value, attr):
                             return node
                         if isinstance(target, ast.Subscript) and _self_attr(target.value, attr) \
                                 and isinstance(target.slice, ast.Slice):
@@ -232,3 +242,24 @@ def _with_bases(cls: Any) -> list[Any]:
             out.append(base)
             stack.extend(base.local_bases)
     return out
+
+
+def stale_guard(method: ast.AST, attr: str) -> ast.If | None:
+    """An ``if self.<attr>: return`` (or ``if len(self.<attr>) ...: return``)
+    in ``method`` before it adds handles: the "already installed" test that
+    a list never emptied keeps true after the hooks were removed, so the
+    method never registers them again (xformers' profiler)."""
+    for node in ast.walk(method):
+        if not isinstance(node, ast.If) or node.orelse or not node.body \
+                or not isinstance(node.body[-1], ast.Return):
+            continue
+        test = node.test
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "len" \
+                and len(test.args) == 1:
+            test = test.args[0]
+        elif isinstance(test, ast.Compare) and isinstance(test.left, ast.Call) \
+                and isinstance(test.left.func, ast.Name) and test.left.func.id == "len" and len(test.left.args) == 1:
+            test = test.left.args[0]
+        if _self_attr(test, attr):
+            return node
+    return None

@@ -16,8 +16,11 @@ excluded): no call runs the object or one of its attributes as a callable
 ``x.forward(...)``), only the object's own methods, registrations and
 container bookkeeping are called on it.  HKL304 also asks that the file
 call the method only from a constructor or from the same method of a
-subclass (a helper that registers before each batch's forward is a step
-of that action, not a set-up).
+subclass, or from a method that is itself only a set-up called that way
+(:func:`called_only_to_set_up`: a model mixin's ``_init_adapters_submodules``
+walking its submodules and calling their ``init_adapters``); a helper that
+registers before each batch's forward is a step of that action, not a
+set-up.
 
 Nothing here imports torch.
 """
@@ -25,6 +28,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 # Calls on the object's attributes that configure or walk, never run, a module.
 _CONFIGURING = frozenset({
@@ -136,3 +140,33 @@ def given_attributes(methods_of_class: list[ast.AST]) -> set[str]:
                             and target.value.id == self_name:
                         given.add(target.attr)
     return given
+
+
+_CONSTRUCTORS = ("__init__", "__post_init__")
+
+
+def called_only_to_set_up(model, method: ast.AST, methods_of: Callable[[ast.AST], object],
+                          function_of: Callable[[ast.AST], ast.AST | None],
+                          _seen: frozenset[int] = frozenset()) -> bool:
+    """Whether every call of ``method``'s name in the file comes from set-up
+    code: a constructor, the same method (a subclass chaining it), or a
+    method of a class of the file that itself only sets up
+    (:func:`only_sets_up`) and is in turn called only from set-up code.
+    ``methods_of(func)`` gives the methods of ``func``'s class by name
+    (``None`` outside a class); ``function_of`` the def holding a node."""
+    if id(method) in _seen or len(_seen) > 4:
+        return False
+    seen = _seen | {id(method)}
+    name = getattr(method, "name", None)
+    for call in model.calls_of_method(name):
+        caller = function_of(call)
+        if caller is method:
+            continue
+        caller_name = getattr(caller, "name", None)
+        if caller_name in _CONSTRUCTORS or caller_name == name:
+            continue
+        methods = methods_of(caller) if caller is not None else None
+        if methods is None or not only_sets_up(caller, methods) \
+                or not called_only_to_set_up(model, caller, methods_of, function_of, seen):
+            return False  # run by code that also runs things: a step of that action, repeated with it
+    return True

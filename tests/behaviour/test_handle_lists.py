@@ -65,3 +65,51 @@ def test_explainer_set_grows_per_call_and_the_popping_twin_does_not(lists):
     for _ in range(4):
         popping.explain(torch.randn(2, 3))
     assert popping.handles == []
+
+
+def test_handles_joined_with_plus_equals_grow_per_call_and_the_emptied_twin_does_not(lists):
+    """`self._handles += helper(self.layers.values(), hook)`: each call adds one
+    handle per layer behind the removed ones (nngeometry's Jacobian backend)."""
+    layers = {"a": nn.Linear(3, 3), "b": nn.Linear(3, 3)}
+    model = nn.Sequential(*layers.values())
+    stats = lists["ViewStatistics"](model, layers)
+    for _ in range(3):
+        stats.measure(torch.randn(2, 3))
+        assert all(len(layer._forward_hooks) == 0 for layer in layers.values())
+    assert len(stats._handles) == 6
+    emptied = lists["ViewStatisticsEmptied"](model, layers)
+    for _ in range(3):
+        emptied.measure(torch.randn(2, 3))
+    assert emptied._handles == []
+
+
+def test_an_already_installed_test_on_a_stale_list_never_installs_again(lists):
+    """The list keeps the removed handles, so `if self.installed: return` skips
+    every later install: the second run records nothing."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    tracer = lists["GuardedTracer"](model)
+    tracer.install()
+    model(torch.randn(1, 3))
+    assert len(tracer.entered) == 2
+    tracer.uninstall()
+    tracer.install()
+    model(torch.randn(1, 3))
+    assert len(tracer.entered) == 2, "the second install registered nothing"
+    assert all(not m._forward_pre_hooks for m in model.children())
+
+
+def test_a_concatenated_list_grows_and_a_name_keyed_dict_does_not(lists):
+    """`self.hooks = self.hooks + [...]` keeps every earlier handle; a dict keyed by
+    child name (`update({name: handle})`) replaces them."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    probe = lists["ConcatenatingProbe"](model)
+    for _ in range(3):
+        probe.probe(torch.randn(1, 3))
+    assert len(probe.hooks) == 6
+    assert all(not m._forward_hooks for m in model.children())
+    keyed = lists["KeyedUpdateProbe"](model)
+    for _ in range(3):
+        with keyed:
+            model(torch.randn(1, 3))
+    assert len(keyed.by_name) == 2
+    assert all(not m._forward_hooks for m in model.children())

@@ -323,6 +323,43 @@ def test_helpers_removing_outside_finally_leave_every_hook(on_exception):
     assert all(len(m._forward_hooks) == 1 for m in model.modules())
 
 
+def test_handles_added_with_plus_equals_through_a_view_stay_when_the_loop_raises(on_exception):
+    """A helper hooks the modules of a view (`table.values()`, `model.children()`)
+    and its handles join a list with `+=`: a raise in the loop skips the removal."""
+
+    def batches():
+        yield torch.ones(1, 3)
+        raise ValueError("the loader failed")
+
+    model = Raises()
+    stats = on_exception.TableStatistics(model, {"fc": model.fc})
+    with pytest.raises(ValueError):
+        stats.collect(batches())
+    assert len(model.fc._forward_hooks) == 1, "the table's module keeps the hook"
+    model = Raises()
+    with pytest.raises(ValueError):
+        on_exception.gather_children(model, [torch.ones(1, 3)])
+    assert all(len(child._forward_hooks) == 1 for child in model.children())
+    twin = Raises()
+    with pytest.raises(ValueError):
+        on_exception.gather_children_safely(twin, [torch.ones(1, 3)])
+    assert not any(child._forward_hooks for child in twin.children())
+
+
+def test_a_flag_fixed_by_the_constructor_decides_whether_a_raise_leaves_a_hook(on_exception):
+    """`if self.capture_outputs:` registers: the runner whose base constructor got
+    the default (False) never hooks, so a raise leaves nothing; the twin built
+    with the flag on leaves its hook on the module."""
+    plain = Raises()
+    with pytest.raises(ValueError):
+        on_exception.PlainRunner().run(plain, torch.ones(1, 3))
+    assert not plain._forward_hooks
+    capturing = Raises()
+    with pytest.raises(ValueError):
+        on_exception.CapturingRunner().run(capturing, torch.ones(1, 3))
+    assert len(capturing._forward_hooks) == 1
+
+
 # ------------------------------------------------------------ across files
 
 def test_function_applied_with_more_inputs_than_backward_returns(monkeypatch):

@@ -919,6 +919,11 @@ class Core:
                 in_container = True
             elif isinstance(parent, (ast.ListComp, ast.GeneratorExp, ast.SetComp)) and node is parent.elt:
                 in_container = True
+            elif isinstance(parent, ast.Dict) and any(node is v for v in parent.values):
+                in_container = True  # `self.hooks.update({name: handle})`
+            elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
+                # `self.handles = self.handles + [h]`, `hs + self._add_hooks(...)`: the concatenation holds them
+                in_container = True
             else:
                 break
             node, parent = parent, getattr(parent, "_hl_parent", None)
@@ -953,6 +958,9 @@ class Core:
                     return self._container_fate(target.value, func, parent)
                 return "?" if holder in (P.UNKNOWN, P.NEW) else "at:" + P.element(holder)
             return "?"
+        if isinstance(parent, ast.AugAssign) and parent.value is node and isinstance(parent.op, ast.Add):
+            # `self.handles += self._add_hooks(...)`, `hs += [h]`: the handles join the container
+            return self._extended_fate(parent, func)
         if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) \
                 and parent.func.attr in STORE_METHODS and node in parent.args:
             holder = places.of(parent.func.value, func)
@@ -963,6 +971,27 @@ class Core:
                 return "?"
             return "at:" + P.element(holder)
         return "?"
+
+    def _extended_fate(self, stmt: ast.AugAssign, func: ast.AST | None) -> str:
+        """The fate of handles added to a container with ``+=``: kept in its
+        elements (an attribute, an item), or the fate of the local list."""
+        target = stmt.target
+        if isinstance(target, ast.Name):
+            scope = self.model.scope_of(target)
+            if target.id in scope.globals_ or target.id in scope.nonlocals:
+                return "?"
+            made = [b for b in scope.bindings.get(target.id, ()) if b.kind != "augassign"]
+            if len(made) != 1 or made[0].kind != "assign" or not isinstance(made[0].node, ast.AST) \
+                    or not isinstance(made[0].value, (ast.List, ast.ListComp)):
+                return "?"
+            if self.places.owner(made[0].node) is not (func if isinstance(func, FunctionNode) else None):
+                return "?"  # a closure's captured list
+            # the uses that follow see the `+=` binding: what becomes of the list from there on
+            return self._name_fate(target, stmt, func, stmt)
+        holder = self.places.of(target.value if isinstance(target, ast.Subscript) else target, func)
+        if holder in (P.UNKNOWN, P.NEW) or holder.startswith(("c:", "l:")):
+            return "?"
+        return "at:" + P.element(P.element(holder) if isinstance(target, ast.Subscript) else holder)
 
     def _captured(self, name: ast.Name, func: ast.AST | None) -> bool:
         """Is ``name`` a local of an enclosing function (a closure's captured container)?"""

@@ -93,6 +93,10 @@ def root(place: str) -> str:
     return place.split(".", 1)[0]
 
 
+def _is_callers_part(place: str) -> bool:
+    return place.startswith(ELEMENT) and is_callers(place)
+
+
 def is_callers(place: str) -> bool:
     """Does the place name (a part of) something the caller handed over: a
     parameter, or an attribute of the object (set from outside)?"""
@@ -210,12 +214,23 @@ class Places:
                 return self.of(f.value, func, depth + 1)
             if f.attr in _PART_ACCESSORS:
                 return element(self.of(f.value, func, depth + 1))
+            if f.attr in _PART_ITERATORS and not self._is_class_ref(f.value):
+                # `self.layers.values()`, `model.modules()` handed on as a value (an argument a helper
+                # iterates): a view of the receiver's parts, as iterating it in place gives
+                return element(self.of(f.value, func, depth + 1))
         if isinstance(f, ast.Name) and f.id == "getattr" and call.args and self._builtin(f):
             return element(self.of(call.args[0], func, depth + 1))
+        if isinstance(f, ast.Name) and f.id in _ELEMENT_KEEPING and len(call.args) == 1 and self._builtin(f):
+            # `list(model.modules())`, `tuple(self.layers.values())` handed on: a copy of the parts
+            found = self.element_of(call.args[0], func, (), depth + 1)
+            return element(found) if _is_callers_part(found) else UNKNOWN
         if isinstance(f, ast.Name) and self._is_class(f):
             return NEW
         found = self.returned_by_call(call, func)
         return found if found is not None else UNKNOWN
+
+    def _is_class_ref(self, value: ast.AST) -> bool:
+        return isinstance(value, ast.Name) and self._is_class(value)
 
     def _copied_by_name(self, value: ast.AST) -> ast.AST:
         """``table`` bound once to ``dict(model.named_modules())`` (or a ``list`` /

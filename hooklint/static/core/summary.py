@@ -262,7 +262,7 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
             if not _holds(op, actual, value):
                 return None  # this call never takes the branch that registers
             continue
-        if mapped.startswith("p:") and "." not in mapped:
+        if conditional_place(mapped):
             when.append((mapped, op, value))
     kind, choose, chosen = reg.kind, reg.choose, reg.chosen
     if choose is not None:
@@ -284,6 +284,15 @@ def map_reg(reg: Reg, callee: Facts, edge: Edge, link: tuple[str, str, int]) -> 
     return Reg(kind, sub(reg.target), sub(reg.hook) if reg.hook else None, handle, reg.line, reg.api, reg.path,
                tuple(when), choose, (link,) + reg.chain, reg.guarded or edge.guarded, chosen,
                reg.handle in ("ret", "ret*"), reg.guessed, reg.once or edge.once)
+
+
+def conditional_place(place: str) -> bool:
+    """A place a registration's condition may name: a parameter, or an
+    attribute of the object itself (``self.flag``), which its class's
+    constructor may fix (:func:`hooklint.static.core.constants.constructed_attribute`)."""
+    if place.startswith("p:"):
+        return "." not in place
+    return place.startswith("s.") and "." not in place[2:]
 
 
 def through_inits(place: str, inits: dict[str, str]) -> str:
@@ -464,9 +473,28 @@ class FileFacts:
                 out.removes.append(removal)
             out.forgets += part.forgets
             out.runs += part.runs
+        if out.regs and func is not None:
+            out.regs = [r for r in out.regs if not self._never_made(r, func)]
         if out.regs and not out.ret and func is not None and self._returns_none(func):
             out.ret = "none"
         return out
+
+    def _never_made(self, reg: Reg, func: ast.AST) -> bool:
+        """Does a condition on the object's own attribute (``if self.flag:``) fail for
+        every object of ``func``'s class, as its constructor chain fixes the attribute?"""
+        tests = [w for w in reg.when if w[0].startswith("s.")]
+        if not tests:
+            return False
+        cls = self.model.enclosing_class(func)
+        if cls is None or cls.methods.get(getattr(func, "name", "")) is not func:
+            return False
+        from hooklint.static.core.constants import constructed_attribute
+
+        for place, op, value in tests:
+            known, actual = constructed_attribute(self.model, cls, place[2:])
+            if known and not _holds(op, actual, value):
+                return True
+        return False
 
     def callee(self, call: ast.Call, func: ast.AST | None, *, with_edge: bool = True,
                composed: bool = True) -> tuple[Facts, Edge, str, str, int] | None:
@@ -917,19 +945,19 @@ class FileFacts:
             return [t for v in test.values for t in self._tests(v, True, func)]
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and not positive:
             return [t for v in test.values for t in self._tests(v, False, func)]
-        if isinstance(test, ast.Name):
+        if isinstance(test, (ast.Name, ast.Attribute)):
             place = self.places.of(test, func)
-            if place.startswith("p:") and "." not in place:
+            if conditional_place(place):
                 return [(place, "truthy" if positive else "falsy", None)]
             return []
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             left, right, op = test.left, test.comparators[0], test.ops[0]
-            if not isinstance(left, ast.Name):
+            if not isinstance(left, (ast.Name, ast.Attribute)):
                 left, right = right, left
                 if isinstance(op, (ast.In, ast.NotIn)):
                     return []
             place = self.places.of(left, func)
-            if not (place.startswith("p:") and "." not in place):
+            if not conditional_place(place):
                 return []
             value = _literal(right)
             if value is _NO_VALUE:
