@@ -51,3 +51,42 @@ def test_node_hooks_of_a_walked_graph_take_two_arguments(scenarios):
     scenarios["walk_nodes"](y)
     y.sum().backward()
     assert torch.equal(x.grad, torch.full((2,), 3.0))
+
+
+# ------------------------------------------------------------------ HKL905
+
+
+@pytest.fixture(scope="module")
+def numbers():
+    return runpy.run_path(str(FIXTURES / "rules" / "hkl905_state_dict_hook_number_as_tensor.py"))
+
+
+def test_load_hook_on_the_float_default_raises(numbers):
+    m = numbers["LoConLike"]()
+    with pytest.raises(TypeError, match="must be Tensor, not float"):
+        m.load_state_dict(m.state_dict())
+    learned = numbers["LoConLike"](use_scalar=True)
+    learned.load_state_dict(learned.state_dict())  # the tensor default: fine
+    assert isinstance(learned.scalar, torch.nn.Parameter)
+
+
+def test_state_dict_hook_on_the_int_default_raises(numbers):
+    with pytest.raises(AttributeError, match="'int' object has no attribute 'detach'"):
+        numbers["Gate"]().state_dict()
+    assert "gate" in numbers["Gate"](torch.ones(1)).state_dict()
+
+
+def test_private_load_pre_hook_on_the_float_default_raises(numbers):
+    learned = numbers["Temperature"](learn=True)
+    state = learned.state_dict()
+    learned.load_state_dict(state)
+    plain = numbers["Temperature"]()
+    with pytest.raises(AttributeError, match="'float' object has no attribute 'dtype'"):
+        plain.load_state_dict(state, strict=False)
+
+
+@pytest.mark.parametrize("name", ["GuardedScale", "BufferScale"])
+def test_good_twins_load_in_both_configurations(numbers, name):
+    for use_scalar in (False, True):
+        m = numbers[name](use_scalar=use_scalar)
+        m.load_state_dict(m.state_dict())
