@@ -132,6 +132,10 @@ class HookSignatureMismatch(Rule):
         "def on_step():\n"
         "    pass\n"
         "Runner().register_step_pre_hook(on_step)\n",
+        # `register_hook` of an autograd Node it cannot tell from a tensor: (grad_inputs, grad_outputs) fits one
+        "def install(nodes):\n"
+        "    for node in nodes:\n"
+        "        node.register_hook(lambda grad_inputs, grad_outputs: None)\n",
         # an unknown decorator may change the signature
         "import torch\n"
         "from mylib import inject\n"
