@@ -193,8 +193,8 @@ class HookSignatureMismatch(Rule):
             yield self.finding(
                 ctx, found.call,
                 message=(f"hook `{name}` is registered with {found.api}, which torch calls as "
-                         f"`hook({passed})` ({count} positional argument{'s' * (count != 1)}); `{name}` "
-                         f"{found.problem}{bound}: {event_of(found.api)} raises `TypeError`"),
+                         f"`hook({passed})` ({count} positional argument{'s' * (count != 1)}); `{name}`{bound} "
+                         f"{found.problem}: {event_of(found.api)} raises `TypeError`"),
                 help=f"Give `{name}` the parameters `({passed})` (or `*args`), or register it where that "
                      "argument list is what it expects.",
                 related=[Related("hook defined here", ctx.display_path, ctx.span(hook.node)[0])],
