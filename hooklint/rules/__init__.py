@@ -90,6 +90,8 @@ _RULE_MODULES = (
     "hooklint.rules.handle_overwritten_in_loop",
     "hooklint.rules.post_accumulate_hook_after_grad_cleared",
     "hooklint.rules.hook_tuple_argument_misread",
+    "hooklint.rules.hook_signature_mismatch",
+    "hooklint.rules.state_dict_hook_number_as_tensor",
     "hooklint.rules.pre_hook_returns_unwrapped_input",
     "hooklint.rules.capture_assumes_kwarg_tensor",
     "hooklint.rules.hook_outputs_paired_by_position",

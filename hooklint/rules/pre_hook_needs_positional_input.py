@@ -11,7 +11,7 @@ from hooklint.static.context import FileContext
 from hooklint.static.hook_arguments import on_every_module, tensor_assumptions
 from hooklint.static.hook_io import forward_captures
 from hooklint.static.hooks import HookKind
-from hooklint.static.pre_hook_args import callers_module, keyword_call_evidence, positional_need
+from hooklint.static.pre_hook_args import callers_module, keyword_call_evidence, part_through_helper, positional_need
 
 
 class PreHookNeedsPositionalInput(Rule):
@@ -27,7 +27,12 @@ class PreHookNeedsPositionalInput(Rule):
     with keyword arguments only (`model(**batch)`), or it is a part that
     Hugging Face models call with keywords (what `get_input_embeddings()`
     and the other `PreTrainedModel` accessors return, `.self_attn`,
-    `.vision_tower`, `.vision_model`, `.language_model`).
+    `.vision_tower`, `.vision_model`, `.language_model`).  A function
+    stored as such a module's `forward`, or a capture module put in its
+    slot (also a slot of what a helper returns when given the caller's
+    model: `layers = family.get_model_layers(self.model)`, then
+    `layers[0] = Catcher(layers[0])`), receives the call as it is and is
+    asked the same question of its signature.
 
     ## Why is this bad?
     A forward pre-hook registered without `with_kwargs=True` receives only
@@ -204,7 +209,8 @@ class PreHookNeedsPositionalInput(Rule):
             func = ctx.core.places.owner(cap.site)
             if not cap.records_inputs():
                 continue  # a lasting replacement passes its arguments on; a capture keeps them
-            where = callers_module(ctx.model, ctx.core, cap.receiver, func)
+            where = callers_module(ctx.model, ctx.core, cap.receiver, func) \
+                or part_through_helper(ctx.model, ctx.core, cap.receiver, func)
             if where is None:
                 continue
             evidence = keyword_call_evidence(ctx.model, ctx.core, cap.receiver, func)

@@ -271,3 +271,31 @@ def _hf_path(model: SemanticModel, expr: ast.AST, depth: int) -> str | None:
                 if found is not None:
                     return found
     return None
+
+
+def part_through_helper(model: SemanticModel, core: Core, expr: ast.AST, func: ast.AST | None) -> str | None:
+    """How ``expr`` is an element of what a helper returns when given the
+    caller's model (``modules = self.awq_model.get_model_layers(self.model)``,
+    then ``modules[0]``), in words, or None.  The helper's body is not seen
+    (a method of an object of another file, one per model family): what it
+    returns is taken as parts of the model it was given, which is what a
+    capture put in one of its slots stands in for."""
+    base = expr
+    while isinstance(base, (ast.Subscript, ast.Attribute)):
+        base = base.value
+    if expr is base or not isinstance(base, ast.Name) or func is None:
+        return None
+    scope = getattr(base, "_hl_scope", None)
+    while scope is not None and scope.kind == "comprehension":
+        scope = scope.parent
+    if scope is None or scope.node is not func:
+        return None
+    for binding in scope.bindings.get(base.id, []):
+        call = binding.value if binding.kind == "assign" and not binding.path else None
+        if not isinstance(call, ast.Call):
+            continue
+        for arg in list(call.args) + [k.value for k in call.keywords]:
+            if callers_module(model, core, arg, func) is not None:
+                return (f"`{_short(expr)}`, a part of the caller's model `{_short(arg)}` as "
+                        f"`{base.id} = {_short(call)}` returns it")
+    return None

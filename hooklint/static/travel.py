@@ -567,7 +567,7 @@ class Resolver:
         if isinstance(target, CallableValue) and isinstance(target.node, FunctionNode):
             returned = self.inference._returned_callable(target.node)
             if returned is not None:
-                return CallableValue(returned, via="factory")
+                return CallableValue(returned.node, bound_keywords=returned.bound_keywords, via="factory")
             return None
         if isinstance(target, ClassValue) and target.local_class is not None:
             return self.inference.infer(call)

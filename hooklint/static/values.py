@@ -543,7 +543,8 @@ class Inference:
         if isinstance(target, CallableValue) and isinstance(target.node, FunctionNode):
             returned = self._returned_callable(target.node)
             if returned is not None:
-                return CallableValue(returned, via="factory")
+                # keywords a returned `partial(fn, key=...)` binds still count: the caller passes the rest
+                return CallableValue(returned.node, bound_keywords=returned.bound_keywords, via="factory")
         if isinstance(target, ObjectValue):
             return None
         return None
@@ -587,9 +588,9 @@ class Inference:
             value = self.infer(ret.value)
             if not isinstance(value, CallableValue) or value.bound:
                 return None
-            if found is not None and found is not value.node:
+            if found is not None and (found.node is not value.node or found.bound_keywords != value.bound_keywords):
                 return None
-            found = value.node
+            found = value
         return found
 
     def built_by_local_factory(self, expr: ast.AST) -> bool:

@@ -215,6 +215,40 @@ def test_closure_reading_args0_fails_on_keyword_call(positional):
         model(torch.randn(2, 3))
 
 
+class KeywordLayers(nn.Module):
+    """Calls its layer with keyword arguments only, as Hugging Face decoders call theirs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([Renamed()])
+
+    def forward(self, x):
+        return self.layers[0](hidden_state=x, mask=None)
+
+
+class _Family:
+    @staticmethod
+    def get_model_layers(model):
+        return model.layers
+
+
+def test_capture_in_a_helper_returned_slot_fails_on_keyword_call(positional):
+    model = KeywordLayers()
+    with pytest.raises(TypeError, match="hijacked_inputs"):
+        positional["LayerCalibrator"](_Family(), model).first_layer_inputs(torch.randn(2, 3))
+    store = []
+    with pytest.raises(TypeError, match="'x'"):
+        positional["block_inputs"](KeywordLayers(), lambda model: model.layers, torch.randn(2, 3), store)
+    assert store == []
+
+
+def test_capture_taking_either_records_the_keyword_input(positional):
+    model, x, store = KeywordLayers(), torch.randn(2, 3), []
+    positional["block_inputs_either"](model, lambda model: model.layers, x, store)
+    assert len(store) == 1 and torch.equal(store[0], x)
+    assert isinstance(model.layers[0], Renamed)  # the slot is restored
+
+
 # ------------------------------------------------------------------ HKL413
 
 
