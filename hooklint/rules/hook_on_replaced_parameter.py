@@ -7,7 +7,7 @@ from typing import ClassVar, Iterable
 from hooklint.findings import Finding, Related, Severity
 from hooklint.rules.base import Invalid, Rule
 from hooklint.static.context import FileContext
-from hooklint.static.replaced_targets import replaced_after_registration
+from hooklint.static.replaced_targets import params_replaced_after_helper, replaced_after_registration
 
 
 class HookOnReplacedParameter(Rule):
@@ -22,6 +22,10 @@ class HookOnReplacedParameter(Rule):
     `layer._parameters["weight"] = ...`, accelerate's
     `set_module_tensor_to_device(layer, "weight", ...)`, or
     `model.load_state_dict(..., assign=True)` on the module or one holding it.
+    A hook registered by a function of the project for its caller (a helper
+    hooking every parameter of the model it is given, a module whose
+    constructor hooks its own weights: `net = Net()`) is matched the same way,
+    at the call, when the caller then replaces those parameters.
     Not reported: the replacement made before the registration; the owner's
     name rebound in between (another loop iteration's module); the hook's
     handle removed in between; `module.to(...)`, `module.to_empty(...)`,
@@ -106,6 +110,14 @@ class HookOnReplacedParameter(Rule):
         "    h = layer.weight.register_post_accumulate_grad_hook(print)\n"
         "    h.remove()\n"
         "    layer.register_parameter('weight', nn.Parameter(layer.weight.detach()))\n",
+        # the checkpoint loaded first, then the helper hooks the parameters forward uses
+        "import torch.nn as nn\n"
+        "def hook_all(model, fn):\n"
+        "    for p in model.parameters():\n"
+        "        p.register_hook(fn)\n"
+        "def load(model, state, fn):\n"
+        "    model.load_state_dict(state, assign=True)\n"
+        "    hook_all(model, fn)\n",
         # another parameter replaced
         "import torch.nn as nn\n"
         "def prepare(layer: nn.Linear):\n"
@@ -135,6 +147,18 @@ class HookOnReplacedParameter(Rule):
             "        model.load_state_dict(state, assign=True)\n",
         ),
         Invalid(
+            "import torch.nn as nn\n"
+            "class Masked(nn.Module):\n"
+            "    def __init__(self, mask):\n"
+            "        super().__init__()\n"
+            "        self.proj = nn.Linear(4, 4)\n"
+            "        self.proj.weight.register_hook(lambda g: g * mask)\n"
+            "def from_checkpoint(state, mask):\n"
+            "    net = Masked(mask)  # HKL340\n"
+            "    net.load_state_dict(state, assign=True)\n"
+            "    return net\n",
+        ),
+        Invalid(
             "import torch\n"
             "def quantize(layer, mask):\n"
             "    layer.weight.register_hook(lambda g: g * mask)  # HKL340\n"
@@ -152,4 +176,15 @@ class HookOnReplacedParameter(Rule):
                 help="Register the hook after every statement that replaces the parameter (or register it again "
                      "on the new Parameter).",
                 related=[Related("the parameter is replaced here", ctx.display_path, ctx.span(found.stmt)[0])],
+            )
+        for found in params_replaced_after_helper(ctx):
+            yield self.finding(
+                ctx, found.site,
+                f"`{found.helper}` (run by this call) registers a tensor hook on parameters of what it is given or "
+                f"builds, and {found.how} (line {found.stmt.lineno}) can run afterwards and put new Parameter objects "
+                f"in their slots: forward then uses the new ones, and the hooks, left on the old tensors, never fire "
+                f"again (silently; a parameter the replacement does not touch keeps its hook)",
+                help="Register the hooks after the parameters are replaced (load the weights first), or register "
+                     "them again on the new Parameters.",
+                related=[Related("the parameters are replaced here", ctx.display_path, ctx.span(found.stmt)[0])],
             )

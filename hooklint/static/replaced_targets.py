@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 
 # words a file must hold for a replacement to be possible (the rules' triggers)
 PARAM_REPLACERS = ("Parameter", "register_parameter", "_parameters[", "set_module_tensor_to_device", "assign=True",
@@ -173,16 +174,16 @@ def _mentions(value: ast.AST, texts: set[str], aliases: _Aliases) -> bool:
     return False
 
 
-def _param_slot_refills(model, stmt: ast.AST, aliases: _Aliases) -> Iterator[tuple[str, str | None, str]]:
-    """(owner chain, parameter name or None for every parameter under the owner, words) for each way
+def _param_slot_refills(model, stmt: ast.AST) -> Iterator[tuple[ast.AST, str | None, str]]:
+    """(owner, parameter name or None for every parameter under the owner, words) for each way
     ``stmt`` puts another Parameter object in a module's slot."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         target = stmt.targets[0]
         if isinstance(target, ast.Attribute) and _makes_parameter(model, stmt.value):
-            yield aliases.expand(target.value), target.attr, f"`{_text(target)} = {_text(stmt.value.func)}(...)`"
+            yield target.value, target.attr, f"`{_text(target)} = {_text(stmt.value.func)}(...)`"
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) \
                 and target.value.attr == "_parameters" and _const_str(target.slice) is not None:
-            yield aliases.expand(target.value.value), _const_str(target.slice), f"`{_text(target)} = ...`"
+            yield target.value.value, _const_str(target.slice), f"`{_text(target)} = ...`"
     for node in ast.walk(stmt) if isinstance(stmt, (ast.Expr, ast.Assign, ast.Return)) else ():
         if not isinstance(node, ast.Call):
             continue
@@ -190,18 +191,18 @@ def _param_slot_refills(model, stmt: ast.AST, aliases: _Aliases) -> Iterator[tup
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name == "setattr" and len(node.args) == 3 and _slot_name(node.args[1]) is not None \
                 and _makes_parameter(model, node.args[2]):
-            yield aliases.expand(node.args[0]), _slot_name(node.args[1]), f"`setattr({_text(node.args[0])}, ...)`"
+            yield node.args[0], _slot_name(node.args[1]), f"`setattr({_text(node.args[0])}, ...)`"
         elif name == "register_parameter" and isinstance(func, ast.Attribute) and node.args \
                 and _const_str(node.args[0]) is not None:
-            yield aliases.expand(func.value), _const_str(node.args[0]), f"`{_text(func)}(...)`"
+            yield func.value, _const_str(node.args[0]), f"`{_text(func)}(...)`"
         elif name == "set_module_tensor_to_device" and len(node.args) >= 2 and _const_str(node.args[1]) is not None:
-            yield aliases.expand(node.args[0]), _const_str(node.args[1]), \
+            yield node.args[0], _const_str(node.args[1]), \
                 "`set_module_tensor_to_device(...)` (accelerate's, which installs a new Parameter object " \
                 "when the device or the value changes)"
         elif name == "load_state_dict" and isinstance(func, ast.Attribute):
             assign = _keyword(node, "assign")
             if isinstance(assign, ast.Constant) and assign.value is True:
-                yield aliases.expand(func.value), None, f"`{_text(func)}(..., assign=True)`"
+                yield func.value, None, f"`{_text(func)}(..., assign=True)`"
 
 
 def _module_slot_refills(model, stmt: ast.AST, aliases: _Aliases) -> Iterator[tuple[str, ast.AST, str]]:
@@ -324,7 +325,8 @@ def replaced_after_registration(ctx, *, tensor: bool) -> list[Replacement]:
 
 def _refill(ctx, stmt: ast.AST, aliases: _Aliases, hooked: str, reg, tensor: bool) -> str | None:
     if tensor:
-        for owner, name, how in _param_slot_refills(ctx.model, stmt, aliases):
+        for owner_expr, name, how in _param_slot_refills(ctx.model, stmt):
+            owner = aliases.expand(owner_expr)
             if name is not None and hooked == f"{owner}.{name}":
                 return how
             if name is None and hooked.startswith(owner + "."):
@@ -337,3 +339,79 @@ def _refill(ctx, stmt: ast.AST, aliases: _Aliases, hooked: str, reg, tensor: boo
             continue  # a wrapper around the hooked module still calls it
         return how
     return None
+
+
+@dataclass(frozen=True)
+class HelperReplacement:
+    site: ast.Call  # the call of the project's function that registers the hook
+    helper: str  # that function's name
+    target: str  # the target in the caller's words
+    stmt: ast.AST
+    how: str
+
+
+def params_replaced_after_helper(ctx) -> list[HelperReplacement]:
+    """Tensor / post-accumulate hooks a function of the project registers for its caller (on the
+    caller's model, its parameters, or an object it builds: `Net()` whose constructor hooks its own
+    weights), followed in the caller by a replacement of those parameters (`load_state_dict(...,
+    assign=True)`, a slot refilled).  Matched by place (core.places), in the caller's terms."""
+    out: list[HelperReplacement] = []
+    core = ctx.core
+    seen: set[int] = set()
+    for stmt_node in _replacing_calls(ctx):
+        func = ctx.model.enclosing_function(stmt_node)
+        if func is None or isinstance(func, ast.Lambda) or id(func) in seen:
+            continue
+        seen.add(id(func))
+        regs = [r for r in core.facts(func).regs
+                if r.chain and r.site is not None and r.kind in ("tensor", "post-accumulate-grad")
+                and ctx.model.enclosing_function(r.site) is func]
+        if not regs:
+            continue
+        cfg = core.cfg(func)
+        statements = list(_own_statements(func))
+        for reg in regs:
+            start = core.statement(reg.site)
+            bound_by_site = _bound_names(start) if isinstance(start, ast.Assign) and start.value is reg.site else set()
+            later = _later(cfg, start, [s for s in statements if s is not start and _bound_names(s) & bound_by_site])
+            found = None
+            for stmt in statements:
+                if stmt is start or not any(n in later for n in cfg.nodes_of(stmt)):
+                    continue
+                for owner_expr, name, how in _param_slot_refills(ctx.model, stmt):
+                    if _target_under(core, reg.target, owner_expr, name, func, bound_by_site):
+                        found = (stmt, how)
+                        break
+                if found:
+                    break
+            if found is not None:
+                helper = reg.chain[0][0] if reg.chain else "?"
+                out.append(HelperReplacement(reg.site, helper, reg.target_text or _text(reg.site), *found))
+    return out
+
+
+def _replacing_calls(ctx) -> Iterator[ast.AST]:
+    for node in walk_tree(ctx.tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in ("load_state_dict", "set_module_tensor_to_device", "register_parameter", "setattr"):
+                yield node
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Attribute) \
+                and _makes_parameter(ctx.model, node.value):
+            yield node
+
+
+def _target_under(core, target: str, owner_expr: ast.AST, name: str | None, func: ast.AST,
+                  bound_by_site: set[str]) -> bool:
+    """Is the registration's target (a place) the slot ``owner.name`` (or, ``name`` None, any
+    parameter under ``owner``)?"""
+    if isinstance(owner_expr, ast.Name) and owner_expr.id in bound_by_site:
+        place = "n"  # the object the helper's call built and this statement named
+    else:
+        place = core.places.of(owner_expr, func)
+        if not place or place == "?":
+            return False
+    if name is not None:
+        return target == f"{place}.{name}"
+    return target in (place, "e:" + place) or target.startswith((place + ".", "e:" + place + "."))

@@ -145,3 +145,22 @@ def test_fx_tracing_keeps_submodule_hooks_and_drops_the_roots():
     m.register_forward_hook(lambda *a: fired.append("root"))
     torch.fx.symbolic_trace(m)(torch.ones(1, 2))
     assert fired == ["sub"]
+
+
+def test_hooks_a_helper_registered_are_lost_by_assign_loading():
+    ns = runpy.run_path(str(P340))
+    state = nn.Linear(2, 2).state_dict()
+    x = torch.full((1, 2), 3.0)
+
+    model = nn.Linear(2, 2)
+    ns["restore"](model, state)  # clip_all (hooks halving the gradient), then load_state_dict(assign=True)
+    model(x).sum().backward()
+    assert model.weight.grad.max() == 3.0  # not halved: the hooks stayed on the old Parameters
+
+    twin = nn.Linear(2, 2)
+    ns["restore_fixed"](twin, state)  # loaded first, hooked afterwards
+    twin(x).sum().backward()
+    assert twin.weight.grad.max() == 1.5
+    assert _flagged_in(P340, "HKL340", ns, "restore") and _flagged_in(P340, "HKL340", ns, "from_meta")
+    assert not _flagged_in(P340, "HKL340", ns, "restore_fixed")
+    assert not _flagged_in(P340, "HKL340", ns, "other_model")
