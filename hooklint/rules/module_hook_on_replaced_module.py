@@ -19,7 +19,9 @@ class ModuleHookOnReplacedModule(Rule):
     run afterwards, in the same function, puts a newly built module in that
     slot: `model.fc = nn.Linear(...)`, `setattr(model, "fc", New(...))`,
     `model.layers[0] = Block(...)`, `model.add_module("fc", ...)`,
-    `model._modules["fc"] = ...`.  Not reported: a wrapper built around the
+    `model._modules["fc"] = ...`; and a hook on the module itself followed by
+    `gm = torch.fx.symbolic_trace(module)` (or `fx.GraphModule(module,
+    graph)`) whose result is kept.  Not reported: a wrapper built around the
     hooked module (`model.fc = Wrapper(model.fc)`: it still calls the old
     module); a replacement made before the registration; the parent's name
     (or the index) rebound in between; the handle removed in between.
@@ -29,10 +31,15 @@ class ModuleHookOnReplacedModule(Rule):
     siblings).  After the parent's slot holds another module, the parent's
     forward calls the new one, whose hook dicts are empty: the hook never
     fires, with no error and no warning.  Feature extraction records nothing,
-    a pruning mask is not applied, a gradient monitor stays silent.
+    a pruning mask is not applied, a gradient monitor stays silent.  An fx
+    `GraphModule` built from a module shares its submodules (their hooks keep
+    firing) but is a new root object: the traced module's own hooks are not
+    on it.
 
     ## Known problems
-    Only replacements in the function that registers the hook are seen.
+    Only replacements in the function that registers the hook are seen.  After
+    `symbolic_trace` the original module still carries its hook; the finding
+    assumes the traced module is what runs from then on.
 
     ## Example
     ```python
@@ -88,6 +95,11 @@ class ModuleHookOnReplacedModule(Rule):
         "    for i in range(len(model.layers)):\n"
         "        model.layers[i] = nn.Identity()\n"
         "        model.layers[i].register_forward_hook(lambda m, i, o: feats.append(o))\n",
+        # a submodule's hook: the GraphModule shares the submodule
+        "import torch.fx\n"
+        "def prepare(model, feats):\n"
+        "    model.fc.register_forward_hook(lambda m, i, o: feats.append(o))\n"
+        "    return torch.fx.symbolic_trace(model)\n",
         # the hook taken off first
         "import torch.nn as nn\n"
         "def build(model, feats):\n"
@@ -112,6 +124,13 @@ class ModuleHookOnReplacedModule(Rule):
             "    setattr(model, name, Head())\n",
         ),
         Invalid(
+            "import torch.fx\n"
+            "def prepare(model, feats):\n"
+            "    model.register_forward_hook(lambda m, i, o: feats.append(o))  # HKL342\n"
+            "    traced = torch.fx.symbolic_trace(model)\n"
+            "    return traced\n",
+        ),
+        Invalid(
             "import torch.nn as nn\n"
             "def prune(blocks, keep):\n"
             "    blocks[0].register_forward_pre_hook(keep)  # HKL342\n"
@@ -124,8 +143,9 @@ class ModuleHookOnReplacedModule(Rule):
             yield self.finding(
                 ctx, found.registration,
                 f"the hook is stored on the module object `{found.hooked}`, and {found.how} (line "
-                f"{found.stmt.lineno}) can run afterwards and put a newly built module in that slot: the parent "
-                f"then calls the new module, whose hook dicts are empty, and this hook never fires (silently)",
+                f"{found.stmt.lineno}) can run afterwards and put a newly built module in its place: what is called "
+                f"from then on is the new module, whose hook dicts are empty, and this hook never fires for it "
+                f"(silently)",
                 help="Register the hook after the module is replaced (on the module that stays), or wrap the "
                      "hooked module instead of replacing it.",
                 related=[Related("the module is replaced here", ctx.display_path, ctx.span(found.stmt)[0])],

@@ -117,8 +117,10 @@ def forward_reentries(ctx) -> list[Reentry]:
             names.add(module)
         # the module bound as the function's first argument: `partial(fn, module)`, `MethodType(fn, module)`
         params = positional_params(func)
-        if cap.bound >= 1 and params and isinstance(value, ast.Call) and len(value.args) >= 2 \
-                and ast.unparse(value.args[1]) == module:
+        if cap.bound >= 1 and params and isinstance(value, ast.Call) and (
+                (len(value.args) >= 2 and ast.unparse(value.args[1]) == module)
+                or (isinstance(value.func, ast.Attribute) and value.func.attr == "__get__" and value.args
+                    and ast.unparse(value.args[0]) == module)):  # `fn.__get__(module)`
             names.add(params[0])
         if not names:
             continue

@@ -289,8 +289,9 @@ def replaced_after_registration(ctx, *, tensor: bool) -> list[Replacement]:
             continue
         aliases = _Aliases(func)
         hooked = aliases.expand(reg.receiver)
-        if "." not in hooked and "[" not in hooked:
-            continue  # a bare name: where it sits in a module is not known
+        bare = "." not in hooked and "[" not in hooked
+        if bare and tensor:
+            continue  # a bare name: where the tensor sits in a module is not known
         root = _root(reg.receiver)
         if root is None:
             continue
@@ -316,7 +317,7 @@ def replaced_after_registration(ctx, *, tensor: bool) -> list[Replacement]:
         for stmt in statements:
             if stmt is start or not any(n in later for n in cfg.nodes_of(stmt)):
                 continue
-            found = _refill(ctx, stmt, aliases, hooked, reg, tensor)
+            found = _traced(ctx, stmt, aliases, hooked) if bare else _refill(ctx, stmt, aliases, hooked, reg, tensor)
             if found is not None:
                 out.append(Replacement(reg.call, _text(reg.receiver), stmt, found))
                 break
@@ -338,6 +339,23 @@ def _refill(ctx, stmt: ast.AST, aliases: _Aliases, hooked: str, reg, tensor: boo
         if _mentions(value, {hooked, _text(reg.receiver)}, aliases):
             continue  # a wrapper around the hooked module still calls it
         return how
+    return None
+
+
+_TRACERS = frozenset({"torch.fx.symbolic_trace", "torch.fx._symbolic_trace.symbolic_trace", "torch.fx.GraphModule",
+                      "torch.fx.graph_module.GraphModule"})
+
+
+def _traced(ctx, stmt: ast.AST, aliases: _Aliases, hooked: str) -> str | None:
+    """``gm = torch.fx.symbolic_trace(model)`` (or ``GraphModule(model, graph)``) whose result is kept:
+    the GraphModule shares ``model``'s submodules (their hooks come along) but is a new root, without
+    ``model``'s own hooks."""
+    if not isinstance(stmt, (ast.Assign, ast.Return, ast.AnnAssign)) or stmt.value is None:
+        return None
+    for node in ast.walk(stmt.value):
+        if isinstance(node, ast.Call) and node.args and (ctx.model.qualify(node.func) or "") in _TRACERS \
+                and aliases.expand(node.args[0]) == hooked:
+            return f"`{_text(node.func)}({_text(node.args[0])})`, a new root module without `{hooked}`'s own hooks,"
     return None
 
 

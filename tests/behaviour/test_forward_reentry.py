@@ -34,17 +34,19 @@ def _counting(layer):
     return fired
 
 
-@pytest.mark.parametrize("name", ["offload", "install_timer", "trace_calls"])
+@pytest.mark.parametrize("name", ["offload", "install_timer", "trace_calls", "install_checked"])
 def test_stand_in_calling_the_module_runs_its_hooks_twice(name):
     ns = runpy.run_path(str(PATH))
     layer = nn.Linear(2, 2)
     fired = _counting(layer)
-    args = {"offload": (layer, "cpu"), "install_timer": (layer,), "trace_calls": (layer, [])}[name]
+    args = {"offload": (layer, "cpu"), "install_timer": (layer,), "trace_calls": (layer, []),
+            "install_checked": (layer,)}[name]
     ns[name](*args)
     out = layer(torch.ones(1, 2))
     assert fired == ["pre", "pre", "post", "post"]
     assert out.shape == (1, 2)
-    assert _flagged(ns, "_timed" if name == "install_timer" else name)  # the bound function holds the call
+    # a bound function holds the call
+    assert _flagged(ns, {"install_timer": "_timed", "install_checked": "_checked_forward"}.get(name, name))
 
 
 def test_stand_in_left_installed_recurses():

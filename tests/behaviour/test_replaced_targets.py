@@ -164,3 +164,28 @@ def test_hooks_a_helper_registered_are_lost_by_assign_loading():
     assert _flagged_in(P340, "HKL340", ns, "restore") and _flagged_in(P340, "HKL340", ns, "from_meta")
     assert not _flagged_in(P340, "HKL340", ns, "restore_fixed")
     assert not _flagged_in(P340, "HKL340", ns, "other_model")
+
+
+def test_traced_root_carries_none_of_the_modules_own_hooks():
+    ns = runpy.run_path(str(P342))
+    record = []
+    model = nn.Sequential()
+    model.fc = nn.Linear(2, 2)
+    gm = ns["quantize_traced"](model, lambda m, args: record.append("root"))
+    gm(torch.ones(1, 2))
+    assert record == []  # the GraphModule does not run the original root's pre-hook
+    model(torch.ones(1, 2))
+    assert record == ["root"]  # (the original still does)
+    record.clear()
+    model = nn.Sequential()
+    model.fc = nn.Linear(2, 2)
+    ns["traced_keeps_children"](model, lambda m, i, o: record.append("fc"))(torch.ones(1, 2))
+    assert record == ["fc"]
+    record.clear()
+    model = nn.Sequential()
+    model.fc = nn.Linear(2, 2)
+    ns["hook_after_trace"](model, lambda m, i, o: record.append("gm"))(torch.ones(1, 2))
+    assert record == ["gm"]
+    assert _flagged_in(P342, "HKL342", ns, "quantize_traced") and _flagged_in(P342, "HKL342", ns, "rebuild")
+    assert not _flagged_in(P342, "HKL342", ns, "traced_keeps_children")
+    assert not _flagged_in(P342, "HKL342", ns, "hook_after_trace")
