@@ -173,6 +173,13 @@ def _installed_function(model: SemanticModel, inference, value: ast.AST):
         extra = len(value.args) - 1
         qual = model.qualify(value.func) or ""
         return func, bound + extra, f"`{qual.rsplit('.', 1)[-1]}({found_name(func)}, ...)` stored as its `forward`"
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "__get__" \
+            and len(value.args) >= 1:  # `fn.__get__(module)`: bound like a method
+        inner = _installed_function(model, inference, value.func.value)
+        if inner is None:
+            return None
+        func, bound, _how = inner
+        return func, bound + 1, f"`{found_name(func)}.__get__(...)` stored as its `forward`"
     try:
         inferred = inference.infer(value)
     except RecursionError:  # pragma: no cover - deep chains of names
