@@ -11,6 +11,7 @@ from hooklint.static.capture_state import first_value_then_append
 from hooklint.static.context import FileContext
 from hooklint.static.hook_io import forward_captures
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 
 
 class CaptureFirstValueThenAppend(Rule):
@@ -160,7 +161,7 @@ class CaptureFirstValueThenAppend(Rule):
         # the shape first (cheap, syntactic), the function's role only for the few that have it;
         # the semantic model links every node to its parent, which the guards are read through
         ctx.model
-        candidates = {id(f): found for f in ast.walk(ctx.tree) if isinstance(f, FunctionNode)
+        candidates = {id(f): found for f in walk_tree(ctx.tree) if isinstance(f, FunctionNode)
                       for found in [first_value_then_append(f)] if found}
         if not candidates:
             return
@@ -190,7 +191,7 @@ class CaptureFirstValueThenAppend(Rule):
         for cap in forward_captures(ctx.model, ctx.inference, ctx.tree):
             if isinstance(cap.func, FunctionNode) and id(cap.func) in candidates:
                 yield cap.func, f"`{cap.func.name}`, which runs in place of a module's forward,"
-        for outer in ast.walk(ctx.tree):
+        for outer in walk_tree(ctx.tree):
             if not isinstance(outer, FunctionNode):
                 continue
             returned = {n.id for r in ast.walk(outer) if isinstance(r, ast.Return) and r.value is not None

@@ -14,6 +14,7 @@ from hooklint.static.handles import is_script, is_test_file
 from hooklint.static.hook_targets import hook_words
 from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 from hooklint.static.values import src
 
 
@@ -285,6 +286,6 @@ def _function_at(tree: ast.Module, name: str, line: int) -> ast.AST | None:
     """The def named ``name`` at ``line`` (the summaries name a callee by both)."""
     cache = getattr(tree, "_hl_defs_by_line", None)
     if cache is None:
-        cache = {(node.name, node.lineno): node for node in ast.walk(tree) if isinstance(node, FunctionNode)}
+        cache = {(node.name, node.lineno): node for node in walk_tree(tree) if isinstance(node, FunctionNode)}
         tree._hl_defs_by_line = cache  # type: ignore[attr-defined]
     return cache.get((name, line))

@@ -19,6 +19,8 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+from hooklint.static.tree_walk import walk_tree
+
 if TYPE_CHECKING:
     from hooklint.static.context import FileContext
 
@@ -320,7 +322,7 @@ def _handle_stores(ctx: "FileContext") -> dict[str, ast.AST]:
     calls = {id(reg.call) for reg in ctx.hooks.registrations if reg.kind.is_module}
     if not calls:
         return {}
-    assigns = [node for node in ast.walk(ctx.tree) if isinstance(node, ast.Assign) and len(node.targets) == 1]
+    assigns = [node for node in walk_tree(ctx.tree) if isinstance(node, ast.Assign) and len(node.targets) == 1]
     handle_names = {(id(ctx.model.enclosing_function(node)), node.targets[0].id): True for node in assigns
                     if isinstance(node.targets[0], ast.Name) and id(node.value) in calls}
     out: dict[str, ast.AST] = {}

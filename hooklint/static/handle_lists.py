@@ -19,6 +19,7 @@ from typing import Any
 from hooklint.static.core import Core
 from hooklint.static.core import places as P
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 
 # Methods that add to a list or a set (a dict keyed by name replaces its entries instead).
 _ADDING = frozenset({"append", "extend", "insert", "add", "appendleft"})
@@ -213,7 +214,7 @@ def _used_once(name: str, assign: ast.Assign) -> bool:
     if scope is None:
         return False
     calls = 0
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         if not (isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)):
             continue
         parent = getattr(node, "_hl_parent", None)

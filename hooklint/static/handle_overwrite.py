@@ -20,6 +20,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.context import FileContext
+from hooklint.static.tree_walk import child_nodes, walk_tree
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -36,12 +37,12 @@ class Overwrite:
 
 def _own_nodes(node: ast.AST):
     """Nodes of ``node``'s body, without descending into nested scopes."""
-    stack = list(ast.iter_child_nodes(node))
+    stack = child_nodes(node)
     while stack:
         n = stack.pop()
         yield n
         if not isinstance(n, _SCOPES):
-            stack.extend(ast.iter_child_nodes(n))
+            stack.extend(child_nodes(n))
 
 
 def _reads(node: ast.AST, text: str, is_name: bool) -> bool:
@@ -82,7 +83,7 @@ def overwritten_handles(ctx: FileContext) -> list[Overwrite]:
     core = ctx.core
     registration_calls = {id(r.call) for r in core.hooks.registrations if not r.via}
     out: list[Overwrite] = []
-    scopes: list[ast.AST] = [ctx.tree] + [n for n in ast.walk(ctx.tree)
+    scopes: list[ast.AST] = [ctx.tree] + [n for n in walk_tree(ctx.tree)
                                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     for scope in scopes:
         for loop in _own_nodes(scope):

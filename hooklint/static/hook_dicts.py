@@ -153,10 +153,23 @@ def _is_any_hook_dict(expr: ast.AST, loop: ast.AST) -> bool:
             scope = getattr(scope, "_hl_parent", None)
         if scope is None:
             return False
-        values = [node.value for node in ast.walk(scope) if isinstance(node, ast.Assign)
-                  and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets)]
+        values = _name_assignments(scope).get(expr.id, [])
         return len(values) == 1 and isinstance(values[0], ast.Attribute) and values[0].attr in ALL_HOOK_DICTS
     return False
+
+
+def _name_assignments(scope: ast.AST) -> dict[str, list[ast.AST]]:
+    """name -> the values of the assignments to it in ``scope`` (nested scopes
+    included), in ``ast.walk``'s order; once per scope (asked per loop)."""
+    found = scope.__dict__.get("_hl_name_assignments")
+    if found is None:
+        found = {}
+        for node in walk_tree(scope):
+            if isinstance(node, ast.Assign):
+                for name in dict.fromkeys(t.id for t in node.targets if isinstance(t, ast.Name)):
+                    found.setdefault(name, []).append(node.value)
+        scope._hl_name_assignments = found  # type: ignore[attr-defined]
+    return found
 
 
 def _uses(parts: list[ast.AST], name: str, loop: ast.AST, source: ast.AST, stop: ast.AST) -> list[ForeignUse]:

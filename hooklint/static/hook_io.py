@@ -27,6 +27,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params, short_source
+from hooklint.static.tree_walk import walk_tree
 
 # ------------------------------------------------------------------ forward replacements acting as hooks
 
@@ -117,7 +118,7 @@ def _forward_captures(model: SemanticModel, inference, tree: ast.AST) -> list[Fo
     own class reassigned to ``forward`` (``self.forward = self._impl``) is
     the class choosing its implementation, not a capture: not listed."""
     out: list[ForwardCapture] = []
-    for node in ast.walk(tree):
+    for node in walk_tree(tree):
         target = value = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value

@@ -22,6 +22,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import child_nodes, walk_tree
 
 # hook dict -> (kind, the set torch consults, torch's positional arity without / with kwargs)
 HOOK_DICTS = {
@@ -48,7 +49,8 @@ def replayed_hooks(tree: ast.Module) -> list[ReplayedHook]:
     the ``*_with_kwargs`` sets torch consults."""
     out: list[ReplayedHook] = []
     for scope in _scopes(tree):
-        if _mentions_with_kwargs(scope):
+        # everything _Replay learns starts at a hook dict of the scope: without one it finds nothing
+        if not _reads_hook_dict(scope) or _mentions_with_kwargs(scope):
             continue
         out.extend(_Replay(scope).calls())
     return out
@@ -65,8 +67,12 @@ def _scopes(tree: ast.AST) -> list[ast.AST]:
     return scopes
 
 
+def _reads_hook_dict(scope: ast.AST) -> bool:
+    return any(_hook_dict(node) is not None for node in walk_tree(scope))
+
+
 def _mentions_with_kwargs(scope: ast.AST) -> bool:
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) \
             else node.arg if isinstance(node, ast.keyword) and node.arg else \
             node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
@@ -121,12 +127,12 @@ class _Replay:
         # a loop binds its own names: `for hook in pre.values()` and a later `for hook in post.values()`
         self.loop_hooks: dict[int, dict[str, ast.AST]] = {}
         self.parents: dict[int, ast.AST] = {}
-        for node in ast.walk(scope):
-            for child in ast.iter_child_nodes(node):
+        for node in walk_tree(scope):
+            for child in child_nodes(node):
                 self.parents[id(child)] = node
         for _ in range(3):  # containers of containers, in any order of the source
             before = (len(self.hooks), len(self.containers))
-            for node in ast.walk(scope):
+            for node in walk_tree(scope):
                 self._learn(node)
             if (len(self.hooks), len(self.containers)) == before:
                 break

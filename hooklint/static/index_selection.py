@@ -33,6 +33,7 @@ from hooklint.static.context import FileContext
 from hooklint.static.hooks import HookKind
 from hooklint.static.identity import holding_tests
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import walk_tree
 
 __all__ = ["PositionSelection", "negative_blind_selections"]
 
@@ -356,7 +357,7 @@ def _negatives_handled(ctx: FileContext, selection: ast.expr, counter: str, func
 def _iterating_names(scope: ast.AST, names: set[str]) -> set[str]:
     """Names bound to each index in turn: loop and comprehension targets over the indices."""
     found: set[str] = set()
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _text(node.iter) in names:
             found.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
     return found
@@ -365,7 +366,7 @@ def _iterating_names(scope: ast.AST, names: set[str]) -> set[str]:
 def _reading_expressions(scope: ast.AST, names: set[str]) -> Iterator[ast.AST]:
     """The smallest statement-level expression around each mention of ``names``
     (an ``if``'s test, a loop's iterable, a simple statement)."""
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         if isinstance(node, (ast.Name, ast.Attribute)) and _text(node) in names:
             yield _expression_of(node)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hooklint.static.flow import contains, executed_nodes
 from hooklint.static.outside import outside_root
 from hooklint.static.semantic import FunctionNode, SemanticModel, short_source
+from hooklint.static.tree_walk import walk_tree
 from hooklint.static.values import Inference
 
 _PARAM_ITERATORS = {"parameters": (), "named_parameters": (1,)}
@@ -254,7 +255,7 @@ def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool
     else:
         return None
     for scope in scopes:
-        for node in ast.walk(scope):
+        for node in walk_tree(scope):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and same(node.func.value) \
                     and node.args:
                 if node.func.attr in ("append", "add", "insert"):
@@ -513,7 +514,7 @@ def embedding_layer(model: SemanticModel, inference: Inference, expr: ast.AST, d
 def makes_trainable(scope: ast.AST) -> ast.AST | None:
     """A place in ``scope`` that switches gradients on (``p.requires_grad = True``,
     ``requires_grad_()`` / ``requires_grad_(True)``), or None."""
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad"
                                                 for t in node.targets):
             if not (isinstance(node.value, ast.Constant) and node.value.value is False):

@@ -17,6 +17,7 @@ from hooklint.static.context import FileContext
 from hooklint.static.flow import executed_nodes
 from hooklint.static.handles import _precedes_in_block
 from hooklint.static.hooks import Registration
+from hooklint.static.tree_walk import walk_tree
 
 __all__ = ["callers_model_run_after"]
 
@@ -67,5 +68,5 @@ def _calls_of(ctx: FileContext, func: ast.FunctionDef | ast.AsyncFunctionDef) ->
         return [c for c in ctx.model.calls_of_method(func.name)
                 if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
                 and c.func.value.id == "self" and ctx.model.enclosing_class(c) is cls]
-    return [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    return [n for n in walk_tree(ctx.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
             and n.func.id == func.name]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hooklint.static.core import Core
 from hooklint.static.core import places as P
 from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
+from hooklint.static.tree_walk import child_nodes, walk_tree
 from hooklint.static.values import ModuleValue
 
 # Iterations over the direct children of a module, and where the child sits in each item.
@@ -86,7 +87,7 @@ def _own_nodes(func: ast.AST):
         yield node
         if isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
             continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+        stack.extend(reversed(child_nodes(node)))
 
 
 def _loop_parts(node: ast.AST) -> tuple[ast.AST | None, ast.AST | None, tuple[int, ...] | None]:
@@ -133,7 +134,7 @@ def _recursive_call(model: SemanticModel, core: Core, func: ast.AST, loop: ast.A
     """A call of ``func`` itself inside ``loop`` that hands it the child in
     the walked parameter's place."""
     scope = loop._hl_parent if isinstance(loop, ast.comprehension) else loop  # type: ignore[attr-defined]
-    for node in ast.walk(scope):
+    for node in walk_tree(scope):
         if not isinstance(node, ast.Call):
             continue
         bound = _calls_itself(model, core, node, func)

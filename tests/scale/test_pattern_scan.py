@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hooklint.rules import rule_entries
-from hooklint.static.checker import _branches, _line_local, _Scan
+from hooklint.static.checker import _branches, _line_confined, _line_local, _Scan
 from tests.conftest import FIXTURES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -73,7 +73,9 @@ def test_the_shortcuts_are_taken_for_the_costly_shapes():
     """Patterns of these shapes cost 0.5 to 1.6 s each over the corpus when
     searched as written; the shortcuts must not silently fall back."""
     kinds = {scan.kind for pattern in PATTERNS for _anchor, scans in _branches(pattern).groups for scan in scans}
-    assert {"boundary", "line"} <= kinds
+    assert {"boundary", "line", "inline"} <= kinds
+    swap = _Scan(r"(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
+    assert swap.kind == "inline" and swap.literal == "="
     line = _Scan(r"^[ \t]*(\w+(?:\.\w+)+)[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1", "(?m)")
     assert line.kind == "line" and line.literal == "="
     assert _Scan(r"\bfullgraph\s*=").kind == "boundary" and _Scan(r"\bfullgraph\s*=").literal == "fullgraph"
@@ -89,13 +91,29 @@ def test_the_shortcuts_are_taken_for_the_costly_shapes():
     r"\bx(y)\1|z(w)\2",              # a back-reference into its own branch, after a branch with a group
     r"(?m)^a=b|^c=d",
     r"(?i)\bHook\b",
+    r"(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1",
+    r"(?<![\w.])(\w+)=c",          # the lookbehind reads the text before the line
+    r"(?<=\n)a=c",
+    r"(?m)\w+=c$",                  # `$` at the line's end, as at the cut-out line's
+    r"\w+=c$",                      # without MULTILINE `$` is the text's end: searched as written
+    r"\w+=c(?!a)",                  # a lookahead: searched as written
+    r"\w+=c\b",
+    r"[a-z]+\s=c",                  # `\s` can match a line break: searched as written
 ])
 def test_hand_written_patterns_agree_with_re_search(pattern):
     texts = EDGES + ["a=c", "x = 11\n", "b=cb", "q\na=ca\n", "zww", "xyy", "c=d", "HOOK!", "ahook",
-                     "  x y\n", "x\ny", "\nx = aa", "\n\nx = a\na"]
+                     "  x y\n", "x\ny", "\nx = aa", "\n\nx = a\na", "a.b=c\n", ".b=c\n", "xb=ca", "xb=c\nd", "b=c\n", "m[i] = W(m[i])\nq", "x.m[i] = W(m[i])", " m[i] = W(m[i])"]
     branches, compiled = _branches(pattern), re.compile(pattern)
     for text in texts:
         assert branches.search(text) == (compiled.search(text) is not None), (pattern, text)
+
+
+def test_line_confinement_is_read_from_the_parse_tree():
+    assert _line_confined(r"(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
+    assert _line_confined(r"(?m)a$") and _line_confined(r"(?<=\n)a\b")
+    assert not _line_confined(r"a$") and not _line_confined(r"a\Z")
+    assert not _line_confined(r"a(?=b)") and not _line_confined(r"a(?!b)")
+    assert not _line_confined(r"(?s)a.b") and not _line_confined(r"a\sb") and not _line_confined(r"(?i)a")
 
 
 def test_line_locality_is_read_from_the_parse_tree():

@@ -7,7 +7,7 @@ import gc
 import weakref
 
 from hooklint.static.semantic import SemanticModel
-from hooklint.static.tree_walk import WALK_ATTR, walk_tree
+from hooklint.static.tree_walk import WALK_ATTR, child_nodes, walk_tree
 from tests.conftest import FIXTURES
 
 
@@ -38,3 +38,31 @@ def test_the_list_goes_with_the_tree():
     del tree, model
     gc.collect()
     assert ref() is None
+
+
+def test_child_nodes_are_iter_child_nodes_in_order():
+    """tree_walk.child_nodes and the module list skip fields that never hold a
+    node: every node of the fixtures (every kind of statement and expression
+    they use, the shared Load/Store contexts included) gives ast's answer."""
+    kinds = set()
+    for path in sorted(FIXTURES.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue  # the syntax-error fixtures
+        for node in ast.walk(tree):
+            kinds.add(type(node))
+            assert [id(n) for n in child_nodes(node)] == [id(n) for n in ast.iter_child_nodes(node)], (path, node)
+    assert {ast.Load, ast.Store, ast.alias, ast.arg, ast.keyword, ast.comprehension, ast.Constant} <= kinds
+
+
+def test_a_generated_module_with_every_field_shape_is_walked_as_ast_walk():
+    source = ("from a import (b as c)\nimport d.e as f\nglobal g\n@dec(x=1)\nasync def h(p: int = 2, *a, k=3, **kw) -> str:\n"
+              "    nonlocal q\n    async for i in j: pass\n    async with m as n: pass\n    return f'{x!r:>{w}}'\n"
+              "class K(B, metaclass=M):\n    y: int = 1\n    z = [i for i in r if i async for j in s]\n"
+              "match v:\n    case [1, *rest] | {'k': _} if rest: pass\n    case C(a=1) as cc: pass\n"
+              "try:\n    pass\nexcept* E as e:\n    pass\nlambda: (yield)\ndel a[1:2:3], b.c\n")
+    tree = ast.parse(source)
+    assert [id(n) for n in walk_tree(tree)] == [id(n) for n in ast.walk(tree)]
+    for node in ast.walk(tree):
+        assert [id(n) for n in child_nodes(node)] == [id(n) for n in ast.iter_child_nodes(node)], node
