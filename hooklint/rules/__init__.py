@@ -94,6 +94,8 @@ _RULE_MODULES = (
     "hooklint.rules.capture_assumes_kwarg_tensor",
     "hooklint.rules.hook_outputs_paired_by_position",
     "hooklint.rules.capture_first_value_then_append",
+    "hooklint.rules.recompute_without_rng_state",
+    "hooklint.rules.state_dict_hook_ignores_prefix",
 )
 
 
