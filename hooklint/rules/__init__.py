@@ -101,6 +101,8 @@ _RULE_MODULES = (
     "hooklint.rules.capture_first_value_then_append",
     "hooklint.rules.function_saved_tensors_read_twice",
     "hooklint.rules.saved_tensor_dtype_not_restored",
+    "hooklint.rules.recompute_without_rng_state",
+    "hooklint.rules.state_dict_hook_ignores_prefix",
 )
 
 

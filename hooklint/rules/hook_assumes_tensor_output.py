@@ -25,7 +25,11 @@ class HookAssumesTensorOutput(Rule):
     test is `isinstance(output, (tuple, list))` is reported where it reads
     `output[0].size()` in that branch without testing the element, or
     `output.size()` in the other branch (a dict, `ModelOutput` or None gets
-    there).
+    there).  A test whose branch only prints or logs and goes on (`if not
+    isinstance(output, torch.Tensor): print(...)`) protects nothing and
+    does not count.  The model may come from a base class of another file
+    that stores the constructor's `model` argument under its name
+    (`super().__init__(model)`, then `self.model.modules()`).
 
     ## Why is this bad?
     A hook on every module is called with every module's real output: a

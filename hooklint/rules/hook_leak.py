@@ -125,7 +125,15 @@ class HookLeak(Rule):
     calls only methods of its class that do the same, like a mixin's
     `init_adapters`; the file calls it only from a constructor or from the
     same method of a subclass) is a deferred constructor: without a call
-    that repeats it, it is not reported.
+    that repeats it, it is not reported.  An early exit that needs a
+    parameter false by default (`if hasattr(p, "trackers") and persist:
+    return`) does not guard a call that leaves it out; attributes a
+    function stores only on an object it builds itself (`cfg =
+    Namespace(...)`, `cfg.model = ...`; a constructor told by its
+    CapWords name) are not flags a later call could read.  A file in a
+    folder without `__init__.py` under a regular package
+    (`pkg/hook/hook.py`) is a module of that package: its public
+    functions are entry points.
 
     ## Example
     ```python

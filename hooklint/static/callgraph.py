@@ -133,6 +133,7 @@ class UnitFacts:
         self.model = model
         self._facts: dict[int, tuple[set[str], set[str], set[str]]] = {}
         self._functions_done = False
+        self._scratch: dict[int, set[str]] = {}
 
     def _of(self, unit: ast.AST) -> tuple[set[str], set[str], set[str]]:
         if not self._functions_done:
@@ -150,6 +151,51 @@ class UnitFacts:
     def attributes(self, unit: ast.AST) -> set[str]:
         """As :func:`hooklint.static.flow.attributes_stored_in`."""
         return self._of(unit)[1]
+
+    def scratch_attributes(self, unit: ast.AST) -> set[str]:
+        """Attributes the unit stores only on its own scratch objects
+        (``cfg.model = ...`` where ``cfg`` is bound in the unit only to an
+        object it builds: ``cfg = Namespace(**load(path))``, a dict or list
+        display) and no other function of the file stores: new on every run,
+        so reading them back cannot make a later run skip anything.  A
+        constructor is told by its CapWords name (PEP 8): a guess that keeps a
+        getter's persistent object a flag holder."""
+        key = id(unit)
+        found = self._scratch.get(key)
+        if found is None:
+            found = set()
+            by_function = self.function_attributes()
+            stores: dict[str, list[ast.Attribute]] = {}
+            for node in ast.walk(unit):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                    stores.setdefault(node.attr, []).append(node)
+            for attr, nodes in stores.items():
+                if any(attr in attrs for fid, attrs in by_function.items() if fid != key):
+                    continue
+                if all(self._fresh_local(node.value, unit) for node in nodes):
+                    found.add(attr)
+            self._scratch[key] = found
+        return found
+
+    def _fresh_local(self, base: ast.AST, unit: ast.AST) -> bool:
+        if not isinstance(base, ast.Name):
+            return False
+        bindings = [b for b in self.model.lookup(base.id, self.model.scope_of(base)) if contains(unit, b.node)]
+        if not bindings:
+            return False
+        for binding in bindings:
+            if binding.kind != "assign" or binding.path or binding.scope.node is not unit:
+                return False
+            value = binding.value
+            if isinstance(value, (ast.Dict, ast.List)):
+                continue
+            if not isinstance(value, ast.Call):
+                return False
+            callee = value.func.attr if isinstance(value.func, ast.Attribute) else \
+                value.func.id if isinstance(value.func, ast.Name) else ""
+            if not (callee[:1].isupper() and not callee.isupper()):
+                return False
+        return True
 
     def inner_loop_targets(self, unit: ast.AST) -> set[str]:
         """Names bound as targets of the loops and comprehensions inside the unit."""
@@ -277,12 +323,13 @@ class Dependence:
         instance; what a target such as ``self.layer`` is depends on the instance)."""
         if depth > self.MAX_DEPTH:
             return None
-        if isinstance(expr, ast.Constant):
-            return EMPTY
+        if isinstance(expr, ast.Constant) or \
+                (isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant)):
+            return EMPTY  # `-1` in `model.layers[-1]` is a constant index: the same element each time
         if isinstance(expr, ast.Name):
             return self._name(expr, unit, depth, self_free)
         if isinstance(expr, ast.Attribute):
-            if expr.attr in self.units.attributes(unit):
+            if expr.attr in self.units.attributes(unit) and expr.attr not in self.units.scratch_attributes(unit):
                 values = self._own_attribute_values(expr, unit)
                 if values is None:
                     return None
@@ -440,8 +487,9 @@ class Dependence:
         for node in executed_nodes(func):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 found = self.model.lookup(node.id, self.model.scope_of(node))
-                if found and found[0].scope is own:
-                    continue  # a local of the nested function
+                if found and (found[0].scope is own or
+                              (found[0].scope.node is not func and contains(func, found[0].scope.node))):
+                    continue  # a local of the nested function (or of a comprehension or lambda in it)
                 parts.append(self.of(node, unit, depth + 1, True))
         defaults = list(func.args.defaults) + [d for d in func.args.kw_defaults if d is not None]  # type: ignore[attr-defined]
         parts += [self.behaviour(d, unit, depth + 1) for d in defaults]
@@ -546,7 +594,8 @@ class Guards:
                 pos = block_of(cur)
                 if pos is not None:
                     for earlier in pos[0][:pos[1]]:
-                        if isinstance(earlier, ast.If) and self.exits(earlier) and self.guard_like(earlier.test, unit):
+                        if isinstance(earlier, ast.If) and self.exits(earlier) and self.guard_like(earlier.test, unit) \
+                                and not _off_by_default(earlier.test, unit):
                             return True
             child, cur = cur, getattr(cur, "_hl_parent", None)
         return False
@@ -566,6 +615,7 @@ class Guards:
             for sub in _flag_reads(test):
                 if isinstance(sub, ast.Name) and sub.id in guard_names \
                         or isinstance(sub, ast.Attribute) and sub.attr in guard_attrs \
+                        and sub.attr not in self.units.scratch_attributes(unit) \
                         or isinstance(sub, ast.Call) and not self._capability_check(sub):
                     found = True
                     break
@@ -613,6 +663,22 @@ class Guards:
                     found |= by_function.get(id(func), set())
             self._set_outside_init = found
         return self._set_outside_init
+
+
+def _off_by_default(test: ast.AST, unit: ast.AST) -> bool:
+    """``if hasattr(obj, "trackers") and persist: return``: an exit that
+    needs a parameter whose default is false (``persist=False``) never
+    runs on a call that leaves it out, so it does not make what follows
+    run once."""
+    if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)) or not isinstance(unit, FunctionNode):
+        return False
+    args = unit.args
+    positional = args.posonlyargs + args.args
+    defaults: dict[str, ast.AST] = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]],
+                                            args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return any(isinstance(value, ast.Name) and isinstance(defaults.get(value.id), ast.Constant)
+               and not defaults[value.id].value for value in test.values)  # type: ignore[attr-defined]
 
 
 def _flag_reads(test: ast.AST) -> list[ast.AST]:

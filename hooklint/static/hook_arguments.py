@@ -232,8 +232,13 @@ def tensor_assumptions(hook: ast.AST, output: str | None, inputs: str | None) ->
 
 def _tested(hook: ast.AST, name: str) -> bool:
     """The body tests the argument's kind or length somewhere (``isinstance(output, tuple)``,
-    ``len(inputs)``, ``if output is None``), or catches errors around its use."""
+    ``len(inputs)``, ``if output is None``), or catches errors around its use.  A test
+    whose branch only reports and goes on (``if not isinstance(output, torch.Tensor):
+    print(...)``) protects nothing: the uses after it run on every output."""
+    ignored = _report_only_tests(hook)
     for node in executed_nodes(hook):
+        if id(node) in ignored:
+            continue
         if isinstance(node, ast.Call):
             func = node.func
             called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
@@ -246,6 +251,27 @@ def _tested(hook: ast.AST, name: str) -> bool:
         if isinstance(node, ast.Try):
             return True
     return False
+
+
+_REPORTERS = frozenset({"print", "warn", "warning", "info", "debug", "error", "log", "write", "exception"})
+
+
+def _report_only_tests(hook: ast.AST) -> set[int]:
+    """The nodes of ``if`` tests whose branch only prints or logs and falls
+    through (no ``else``, no return, raise, continue or assignment)."""
+    out: set[int] = set()
+    for node in executed_nodes(hook):
+        if not isinstance(node, ast.If) or node.orelse or not node.body:
+            continue
+        if all(isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+               and _called_name(stmt.value) in _REPORTERS for stmt in node.body):
+            out.update(id(sub) for sub in ast.walk(node.test))
+    return out
+
+
+def _called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
 # Types a test can admit that leave a module's other outputs (dicts, `ModelOutput`, None) in its negative branch.

@@ -170,6 +170,8 @@ def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
     if cls is None:
         return None
     assigned = cls.attribute(expr.attr)
+    if not assigned:
+        return _passed_to_base(cls, expr.attr)
     if len(assigned) != 1:
         return None
     value, scope, _node = assigned[0]
@@ -182,6 +184,30 @@ def _stored_argument(model: SemanticModel, expr: ast.Attribute) -> str | None:
     return f"the argument `{value.id}` of `{cls.name}.__init__`"
 
 
+
+
+def _passed_to_base(cls, attr: str) -> str | None:
+    """``self.model`` that the class never stores, where its ``__init__``
+    hands its own argument ``model`` to the base class's constructor
+    (``super().__init__(model, ...)``) and that base is not in this file:
+    the base is taken to store it under its name (medcam's ``_BaseWrapper``
+    does), a guess from the names."""
+    init = cls.methods.get("__init__")
+    if init is None or cls.local_bases:
+        return None
+    params = positional_params(init)[1:] + [a.arg for a in init.args.kwonlyargs]
+    if attr not in params:
+        return None
+    for node in ast.walk(init):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__init__"):
+            continue
+        base = node.func.value
+        if not (isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "super"):
+            continue
+        passed = list(node.args) + [k.value for k in node.keywords]
+        if any(isinstance(a, ast.Name) and a.id == attr for a in passed):
+            return f"the argument `{attr}` of `{cls.name}.__init__`, handed to its base class"
+    return None
 
 
 def _qualified(model: SemanticModel, func: ast.AST) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -153,6 +154,9 @@ class ProjectIndex:
         self.modules: dict[str, dict[str, Any]] = {}
         self._all: list[dict[str, Any]] = []
         self._pending_aliases: list[tuple[str, dict[str, Any]]] = []
+        # files whose own folder has no __init__.py but sit under a regular package (`pkg/hook/hook.py`,
+        # imported as `pkg.hook.hook`): modules of that package, not scripts
+        self._namespace_members: set[str] = set()
         self._memo: dict[tuple[str, frozenset[str]], list[Reason]] = {}
         # call sites by the last name they call, in the order of the summaries (their paths): it depends on the
         # summaries only, not on the names, so it is kept up to date as they come (rebuilt after each file the
@@ -184,6 +188,8 @@ class ProjectIndex:
                 # after the sites of the summaries whose paths sort before or equal (as insort put it)
                 pairs.insert(bisect.bisect_right(pairs, path, key=lambda pair: _summary_path(pair[0])), (summary, site))
         self._pending_aliases += [(alias, summary) for alias in aliases if alias != summary["module"]]
+        if "." not in summary["module"] and any(_namespace_subpackage(summary["path"], alias) for alias in aliases):
+            self._namespace_members.add(summary["module"])
         self._forget_names()
         self.changed()
 
@@ -705,16 +711,19 @@ class ProjectIndex:
             call = f".{name}(...)" if name != "__call__" else f"{parts[0]}(...)"
             if all(_is_self(n) for n in needed):
                 return Reason("public", path, line, call=call)
-            if "." in module and not set(facts[6] or ()) & needed:
+            if self._in_package(module) and not set(facts[6] or ()) & needed:
                 # it hooks what its caller passes: one visible call (a demo, a test) does not make it run once
                 return Reason("method", path, line, call=call)
             return None
-        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and "." in module \
+        if kind == "f" and len(parts) == 1 and not parts[0].startswith("_") and self._in_package(module) \
                 and needed and not any(_is_self(n) for n in needed) and not set(facts[6] or ()) & needed:
             # a public function of a package that hooks its argument: its users call it, whether or not the
             # checked files happen to call it once
             return Reason("function", path, line, call=f"{parts[0]}(...)")
         return None
+
+    def _in_package(self, module: str) -> bool:
+        return "." in module or module in self._namespace_members
 
     # ------------------------------------------------------------ hooks
     def hooks_of(self, callee: str) -> list[Any] | None:
@@ -1076,3 +1085,17 @@ def answers_digest(asked: dict[str, list[Any] | None]) -> str:
     import hashlib
 
     return hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _namespace_subpackage(path: str, alias: str) -> bool:
+    """Whether ``alias`` (a dotted name the file at ``path`` is imported as
+    from a root) goes through a regular package: a folder of the alias with
+    an ``__init__.py`` (namespace subfolders of a package import as its
+    submodules, PEP 420)."""
+    depth = alias.count(".")
+    folder = os.path.dirname(os.path.abspath(path))
+    for _ in range(depth):
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            return True
+        folder = os.path.dirname(folder)
+    return False

@@ -152,3 +152,13 @@ def test_a_deliberate_replacement_is_kept(counters):
     x = torch.randn(2, 4)
     with torch.no_grad():
         torch.testing.assert_close(lin(x), nn.functional.linear(x, lin.weight, lin.bias) * 0.5)
+
+
+def test_a_test_that_only_prints_still_uses_the_tuple_output(summaries, capsys):
+    # the hook notices the LSTM's tuple, prints, then calls `.detach()` on it anyway
+    with pytest.raises(AttributeError, match="'tuple' object has no attribute 'detach'"):
+        summaries["warned_but_used"](Tagger(), torch.rand(2, 5, 4))
+    assert "not a tensor output: LSTM" in capsys.readouterr().out
+    # the good twin returns from the hook for such outputs and records the tensors
+    saved = summaries["skipped_when_not_tensor"](Tagger(), torch.rand(2, 5, 4))
+    assert {type(m).__name__ for m in saved} == {"Linear", "Tagger"}
