@@ -11,7 +11,7 @@ from hooklint.static.accumulation import accumulations, nearest
 from hooklint.static.context import FileContext
 from hooklint.static.describe import MODULE_BACKWARD_KINDS, describe_registrations, hook_label, registrations_by_hook
 from hooklint.static.hooks import HookKind
-from hooklint.static.step_state import forward_reads, hook_owner, state_changes
+from hooklint.static.step_state import hook_owner, state_changes, state_read
 
 _KINDS = (HookKind.POST_ACCUMULATE, HookKind.TENSOR, *MODULE_BACKWARD_KINDS)
 
@@ -162,6 +162,20 @@ class BackwardHookUpdatesStepState(Rule):
         "            self.bias.add_(0.1)\n"
         "    def forward(self, x):\n"
         "        return self.lin(x) + self.bias\n",
+        # forward only tests the buffer against None and overwrites it: nothing it computes depends on the value
+        "import torch\n"
+        "class Bucketed(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(4, 4)\n"
+        "        self.buffer = torch.zeros(4)\n"
+        "        self.lin.weight.register_hook(self._scale)\n"
+        "    def _scale(self, grad):\n"
+        "        self.buffer.div_(2)\n"
+        "    def forward(self, x):\n"
+        "        if self.buffer is not None:\n"
+        "            self.buffer.zero_()\n"
+        "        return self.lin(x)\n",
         # a forward hook runs once per forward: another question
         "import torch\n"
         "class Fwd(torch.nn.Module):\n"
@@ -238,11 +252,11 @@ class BackwardHookUpdatesStepState(Rule):
             changes = state_changes(ctx.model, owner, func, names)
             if not changes:
                 continue
-            reads = forward_reads(owner)
             for change in changes:
-                read = reads.get(change.attr)
-                if read is None or id(change.node) in reported:
+                found = state_read(ctx.model, owner, change.attr)
+                if found is None or id(change.node) in reported:
                     continue
+                reader, read = found
                 reported.add(id(change.node))
                 if found_accumulation is None:
                     found_accumulation = accumulations(ctx.model, ctx.tree)
@@ -258,7 +272,7 @@ class BackwardHookUpdatesStepState(Rule):
                 yield self.finding(
                     ctx, change.node,
                     f"`{hook_label(reg)}` ({describe_registrations(regs)}) {what} `{owner.name}.{change.attr}` "
-                    f"with {change.how}, which `{owner.name}.forward` reads (line {read.lineno}): the hook runs "
+                    f"with {change.how}, which `{reader.name}.forward` reads (line {read.lineno}): the hook runs "
                     f"once per backward pass, and {accumulation}: state meant to change once per optimizer step "
                     f"would change on every micro-batch, and the next micro-batch's forward would see it changed",
                     help=_HELP,

@@ -55,13 +55,17 @@ def _src(node: ast.AST) -> str:
 
 
 def _state_attr(expr: ast.AST, owner_names: frozenset[str]) -> str | None:
-    """``x`` for ``self.x`` / ``self.x.data`` / ``self.x[i]`` where ``self`` names the object."""
+    """``x`` for ``self.x`` / ``self.x.data`` / ``self.x[i]`` where ``self`` names the
+    object; ``sub.x`` for the state of a submodule, ``self.sub.x``."""
     while isinstance(expr, ast.Subscript):
         expr = expr.value
     if isinstance(expr, ast.Attribute) and expr.attr == "data":
         expr = expr.value
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in owner_names:
         return expr.attr
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Attribute) \
+            and isinstance(expr.value.value, ast.Name) and expr.value.value.id in owner_names:
+        return f"{expr.value.attr}.{expr.attr}"
     return None
 
 
@@ -156,7 +160,32 @@ def forward_reads(owner: ClassInfo) -> dict[str, ast.AST]:
                         continue
                     if _value_read(node):
                         out.setdefault(node.attr, node)
+                    if isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load) \
+                            and _value_read(parent):
+                        grand = getattr(parent, "_hl_parent", None)
+                        if not (isinstance(grand, ast.Call) and grand.func is parent):
+                            out.setdefault(f"{node.attr}.{parent.attr}", parent)
     return out
+
+
+def state_read(model: SemanticModel, owner: ClassInfo, attr: str) -> tuple[ClassInfo, ast.AST] | None:
+    """Where a forward reads the state ``attr`` (``x`` or ``sub.x``): the owner's
+    forward, or for ``sub.x`` the forward of the file's class that builds ``self.sub``."""
+    read = forward_reads(owner).get(attr)
+    if read is not None:
+        return owner, read
+    if "." not in attr:
+        return None
+    sub, name = attr.split(".", 1)
+    by_name = {info.name: info for info in model.classes.values()}
+    for value, _scope, _node in owner.attribute(sub):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in by_name:
+            child = by_name[value.func.id]
+            if child is not owner and child.method("forward") is not None:
+                read = forward_reads(child).get(name)
+                if read is not None:
+                    return child, read
+    return None
 
 
 def _value_read(node: ast.Attribute) -> bool:
