@@ -22,6 +22,7 @@ _RULE_MODULES = (
     "hooklint.rules.optimizer_step_in_hook_under_accumulation",
     "hooklint.rules.backward_hook_updates_step_state",
     "hooklint.rules.replica_rebinds_hook_store",
+    "hooklint.rules.hook_captured_container_rebound",
     "hooklint.rules.tensor_hook_removed_before_backward",
     "hooklint.rules.module_hook_registered_after_forward",
     "hooklint.rules.forward_bypasses_hooks",

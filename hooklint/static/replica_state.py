@@ -124,7 +124,15 @@ def rebinds(owner: ClassInfo, attr: str) -> list[Rebind]:
         if name == "__init__":
             continue
         for node in body_nodes(method):
-            if isinstance(node, ast.Assign) and _is_new_container(node.value) \
-                    and any(_self_attr(t, frozenset({"self"})) == attr for t in node.targets):
+            if not isinstance(node, ast.Assign):
+                continue
+            pairs = [(target, node.value) for target in node.targets]
+            for target, value in list(pairs):
+                # `old, self.x = self.x, []`: the tuple's elements pair up
+                if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                        and len(target.elts) == len(value.elts):
+                    pairs.extend(zip(target.elts, value.elts))
+            if any(_self_attr(target, frozenset({"self"})) == attr and _is_new_container(value)
+                   for target, value in pairs):
                 out.append(Rebind(attr, node, name))
     return out
