@@ -81,9 +81,8 @@ def captures(model: SemanticModel, hook: ast.AST, hook_expr: ast.AST | None, met
                     continue
                 write = _writes_into(hook, name)
                 if write is not None:
-                    attr = _self_attr(assign.value)
-                    out.append(Capture(attr, f"the closure's `{name} = self.{attr}` (line {assign.lineno})",  # type: ignore[arg-type]
-                                       write))
+                    attr = _self_attr(assign.value) or ""
+                    out.append(Capture(attr, f"the closure's `{name} = self.{attr}` (line {assign.lineno})", write))
     if isinstance(hook_expr, ast.Call):
         name = model.qualify(hook_expr.func)
         if name in ("functools.partial", "partial") and hook_expr.args:
