@@ -85,8 +85,13 @@ class HookCapturedContainerRebound(Rule):
     summary = ("A hook holds its owner's container itself and a method rebinds the attribute: the hook fills the old "
                "object, the owner reads the new one")
     severity = Severity.WARNING
-    triggers = ("_hook",)
-    trigger_pattern = r"(?<![\w.])self\.\w+[ \t]*=[ \t]*(?:\[\]|\{\}|dict\(|list\(|set\(|defaultdict\(|OrderedDict\()"
+    triggers = ("register_forward_hook", "register_forward_pre_hook", "backward_hook", "backward_pre_hook",
+                "register_hook", "post_accumulate_grad_hook")
+    # an attribute rebound to a new container, and a hook handed an attribute's object
+    # (`partial(...)`, a default `sink=self.x`, an alias `store = self.x`)
+    trigger_pattern = (r"\A(?=[\s\S]*?(?<![\w.])self\.\w+[ \t]*=[ \t]*(?:\[\]|\{\}|"
+                       r"(?:dict|list|set|defaultdict|OrderedDict)\())"
+                       r"[\s\S]*?(?:partial\(|=[ \t]*self\.\w+[ \t]*[,)\r\n])")
     VALID: ClassVar[tuple[str, ...]] = (
         # the hook looks the attribute up when it runs
         "import torch\n"

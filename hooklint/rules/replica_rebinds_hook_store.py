@@ -100,8 +100,12 @@ class ReplicaRebindsHookStore(Rule):
     summary = ("A method rebinds the per-device container a bound hook stores into: a DataParallel replica reads a "
                "new container the hook never writes")
     severity = Severity.WARNING
-    triggers = ("_hook",)
-    trigger_pattern = r"(?:device|get_device\(\)|current_device\(\)|get_ident\(\))\)?\]|\.setdefault\("
+    triggers = ("register_forward_hook", "register_forward_pre_hook", "backward_hook", "backward_pre_hook",
+                "register_hook", "post_accumulate_grad_hook")
+    # a store keyed by a device or thread, and a rebinding of an attribute to a new container
+    trigger_pattern = (r"\A(?=[\s\S]*?(?:(?:device|get_device\(\)|current_device\(\)|get_ident\(\))\)?\]"
+                       r"|\.setdefault\([^,\n]{0,80}?(?:device|get_ident)))"
+                       r"[\s\S]*?(?<![\w.])self\.\w+[ \t]*=[ \t]*(?:\[\]|\{\}|(?:dict|list|set|defaultdict|OrderedDict)\()")
     VALID: ClassVar[tuple[str, ...]] = (
         # the container is emptied in place: hook and replicas share one object
         "import torch\n"
