@@ -25,7 +25,10 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     ## What it does
     Reports a hook that updates the parameters (calls `step()` or
     `zero_grad()` of an optimizer, or changes the parameter from its own
-    `.grad` in a post-accumulate-grad hook) in a file whose training loop
+    `.grad` in a post-accumulate-grad hook), or advances other state meant
+    to move once per optimizer step (a learning-rate scheduler's `step()`,
+    an averaged model's `update_parameters()`, an EMA's `update()`), from a
+    backward-time hook in a file whose training loop
     accumulates gradients over micro-batches: it calls `backward()` on each
     micro-batch and steps once every N (`if (i + 1) % accum_steps == 0:`, a
     loss divided by `gradient_accumulation_steps`, a DDP `no_sync()`
@@ -43,6 +46,10 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     optimizer's state (Adam's moments, momentum) advance N times per intended
     step, and nothing fails or warns (`tests/behaviour/test_optimizer_in_hook.py`
     compares the weights with those of the correct accumulated step).
+
+    A scheduler stepped from such a hook advances the learning rate N times
+    per optimizer step; a weight average updated there takes N updates per
+    step, N-1 of them of unchanged weights.
 
     A hook that only calls `zero_grad()` erases each micro-batch's gradient
     before the next one is added: no gradient is accumulated at all.
@@ -63,7 +70,10 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     and grad_accum > 1: raise ...`).  The optimizer is recognised by its
     construction (`torch.optim.*`, or a dict or list of them) or, failing
     that, by its name (`optimizer`, `opt`, `optimizer_dict`), and the message
-    says which.  Under DDP without accumulation, an optimizer step in a
+    says which; so are schedulers (built by `torch.optim.lr_scheduler`, or
+    named `scheduler`) and averages (`torch.optim.swa_utils`, or named
+    `ema`).  Module state a backward hook changes and forward reads is
+    HKL343's case.  Under DDP without accumulation, an optimizer step in a
     post-accumulate-grad hook is HKL602's case (the local gradient).
 
     ## Example
@@ -128,7 +138,8 @@ class OptimizerStepInHookUnderAccumulation(Rule):
     origins = (Origin.STATIC, Origin.RUNTIME)
     triggers = ("register_post_accumulate_grad_hook", "register_hook", "backward_hook",
                 "backward_pre_hook") + DYNAMIC_NAME_TRIGGERS
-    trigger_pattern = r"\.(?:step|zero_grad|add_|sub_|addcdiv_|addcmul_|lerp_)\b"
+    trigger_pattern = (r"\.(?:step|zero_grad|add_|sub_|addcdiv_|addcmul_|lerp_|update_parameters)\b"
+                       r"|(?:ema|swa|averaged)\w*\.update\(")
     VALID: ClassVar[tuple[str, ...]] = (
         # optimizer in backward without accumulation: one step per backward is the intent
         "import torch\n"
@@ -166,12 +177,22 @@ class OptimizerStepInHookUnderAccumulation(Rule):
         "    if (i + 1) % 4 == 0:\n"
         "        optimizer.step()\n"
         "        optimizer.zero_grad()\n",
-        # a scheduler's step in a hook is not an optimizer step
+        # a scheduler stepped from a hook without accumulation: one backward per step is the intent
         "import torch\n"
         "model = torch.nn.Linear(4, 1)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(torch.optim.SGD(model.parameters()), 10)\n"
         "def tick(p):\n"
         "    scheduler.step()\n"
         "model.weight.register_post_accumulate_grad_hook(tick)\n"
+        "for i, (x, y) in enumerate(batches):\n"
+        "    model(x).sum().backward()\n",
+        # `dict.update` in a hook is not a weight average
+        "import torch\n"
+        "model = torch.nn.Linear(4, 1)\n"
+        "stats = {}\n"
+        "def keep(p):\n"
+        "    stats.update(norm=p.grad.norm())\n"
+        "model.weight.register_post_accumulate_grad_hook(keep)\n"
         "for i, (x, y) in enumerate(batches):\n"
         "    (model(x).sum() / accum_steps).backward()\n",
         # a loop that steps a scheduler every N backward passes and logs every 10 does not accumulate
@@ -249,6 +270,35 @@ class OptimizerStepInHookUnderAccumulation(Rule):
             "    if (i + 1) % 8 == 0:\n"
             "        w.grad = None\n"
         ),
+        # a learning-rate scheduler stepped from a hook advances once per micro-batch
+        Invalid(
+            "import torch\n"
+            "model = torch.nn.Linear(4, 1)\n"
+            "def tick(p):\n"
+            "    scheduler.step()  # HKL205\n"
+            "model.weight.register_post_accumulate_grad_hook(tick)\n"
+            "for i, (x, y) in enumerate(batches):\n"
+            "    (model(x).sum() / accum_steps).backward()\n"
+        ),
+        # an averaged model updated from a module backward hook
+        Invalid(
+            "import torch\n"
+            "from torch.optim.swa_utils import AveragedModel\n"
+            "class Trainer:\n"
+            "    def __init__(self, model):\n"
+            "        self.model = model\n"
+            "        self.average = AveragedModel(model)\n"
+            "        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+            "        model.register_full_backward_hook(self._after_backward)\n"
+            "    def _after_backward(self, module, grad_input, grad_output):\n"
+            "        self.average.update_parameters(self.model)  # HKL205\n"
+            "    def fit(self, loader, grad_accum_steps):\n"
+            "        for i, (x, y) in enumerate(loader):\n"
+            "            (self.model(x).sum() / grad_accum_steps).backward()\n"
+            "            if (i + 1) % grad_accum_steps == 0:\n"
+            "                self.optimizer.step()\n"
+            "                self.optimizer.zero_grad()\n"
+        ),
     )
 
     def check(self, ctx: FileContext) -> Iterable[Finding]:
@@ -280,8 +330,7 @@ class OptimizerStepInHookUnderAccumulation(Rule):
                 ctx, update.node,
                 f"`{hook_label(regs[0])}` ({describe_registrations(regs)}) {update.what}{evidence} on every "
                 f"backward, but {loop} accumulates gradients over micro-batches (line {where.node.lineno}: "
-                f"{where.text}): each micro-batch's gradient is applied on its own, once per micro-batch, "
-                f"instead of their sum once per step",
+                f"{where.text}): {update.consequence}",
                 help=_HELP,
                 related=related,
             )

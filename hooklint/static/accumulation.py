@@ -65,6 +65,9 @@ class HookUpdate:
     what: str  # "calls `optimizer_dict[p].step()`"
     evidence: str  # how the receiver is known to be an optimizer ("" for a parameter update)
     heuristic: bool  # known by its name only
+    # what running once per micro-batch does to it
+    consequence: str = ("each micro-batch's gradient is applied on its own, once per micro-batch, instead of their "
+                        "sum once per step")
 
 
 @dataclass
@@ -147,6 +150,60 @@ def optimizer_evidence(model: SemanticModel, receiver: ast.AST) -> tuple[str, bo
     return None
 
 
+# `scheduler`, `lr_scheduler`, `sched`, `warmup_scheduler`
+_SCHEDULER_NAME = re.compile(r"sched", re.IGNORECASE)
+# `ema`, `ema_model`, `model_ema`, `swa_model`, `averaged_model`
+_AVERAGE_NAME = re.compile(r"(?:^|_)(?:ema|swa)(?:_|$)|averaged", re.IGNORECASE)
+_SCHEDULE_CONSEQUENCE = ("the schedule advances once per micro-batch, N times per optimizer step, so the learning "
+                         "rate runs ahead of the steps actually taken")
+_AVERAGE_CONSEQUENCE = ("the average counts N updates per optimizer step (N-1 of them of weights that did not "
+                        "change), not the one per step it is configured for")
+
+
+def _built_by(model: SemanticModel, receiver: ast.AST, prefixes: tuple[str, ...]) -> tuple[str, int] | None:
+    """(class, line) when ``receiver`` (a name or ``self.x``) is built by a call of a class under ``prefixes``."""
+    values: list[ast.AST] = []
+    if isinstance(receiver, ast.Name) and hasattr(receiver, "_hl_scope"):
+        values = [b.value for b in model.bindings_at(receiver)
+                  if b.kind == "assign" and not b.path and isinstance(b.value, ast.AST)]
+    elif isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and receiver.value.id == "self":
+        owner = model.enclosing_class(receiver)
+        values = [value for value, _scope, _node in (owner.attribute(receiver.attr) if owner is not None else [])]
+    for value in values:
+        if isinstance(value, ast.Call):
+            name = model.qualify(value.func)
+            if name is not None and name.startswith(prefixes):
+                return name, value.lineno
+    return None
+
+
+def per_step_evidence(model: SemanticModel, call: ast.Call) -> tuple[str, str, bool] | None:
+    """A call in a hook that advances once-per-step state other than the optimizer:
+    a learning-rate scheduler's ``step()``, an averaged model's
+    ``update_parameters()`` / an EMA's ``update()``.  (evidence, consequence,
+    known by its name only), or None."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    receiver = func.value
+    name = _name_of(receiver)
+    if name is None:
+        return None
+    if func.attr == "step" and not call.args:
+        built = _built_by(model, receiver, ("torch.optim.lr_scheduler.",))
+        if built is not None:
+            return f"`{src(receiver)}` is a `{built[0]}` (line {built[1]})", _SCHEDULE_CONSEQUENCE, False
+        if _SCHEDULER_NAME.search(name):
+            return f"`{src(receiver)}` is named like a learning-rate scheduler", _SCHEDULE_CONSEQUENCE, True
+    if func.attr == "update_parameters" or (func.attr == "update" and _AVERAGE_NAME.search(name)):
+        built = _built_by(model, receiver, ("torch.optim.swa_utils.",))
+        if built is not None:
+            return f"`{src(receiver)}` is a `{built[0]}` (line {built[1]})", _AVERAGE_CONSEQUENCE, False
+        if _AVERAGE_NAME.search(name):
+            return f"`{src(receiver)}` is named like a weight average", _AVERAGE_CONSEQUENCE, True
+    return None
+
+
 def _updates_from_grad(call: ast.Call, param: str) -> bool:
     """``p.add_(p.grad, alpha=-lr)``, ``p.data.sub_(lr * p.grad)``: the parameter
     changed in place from its own gradient."""
@@ -178,6 +235,10 @@ def hook_updates(model: SemanticModel, func: ast.AST, param: str | None = None, 
             if found is not None:
                 out.append(HookUpdate(node, f"calls `{src(node)}`", found[0], found[1]))
                 continue
+        per_step = per_step_evidence(model, node)
+        if per_step is not None:
+            out.append(HookUpdate(node, f"calls `{src(node)}`", per_step[0], per_step[2], per_step[1]))
+            continue
         if param is not None and _updates_from_grad(node, param):
             out.append(HookUpdate(node, f"updates the parameter with `{src(node)}`", "", False))
             continue

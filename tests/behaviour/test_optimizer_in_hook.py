@@ -182,3 +182,62 @@ def _run(source: str, model, micro_batches):
 def test_the_linted_programs_compute_what_the_rule_says():
     assert not torch.allclose(_run(BUGGY, _model(), _micro_batches()), accumulated_step(), atol=1e-4)
     assert torch.allclose(_run(FIXED, _model(), _micro_batches()), accumulated_step(), atol=1e-7)
+
+
+def _accumulate_with_hook(on_backward, steps=1):
+    """Four micro-batches per optimizer step, ``on_backward`` run by a
+    post-accumulate-grad hook on the first layer's weight."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    model[0].weight.register_post_accumulate_grad_hook(lambda p: on_backward(model, optimizer))
+    for _ in range(steps):
+        for x, y in _micro_batches():
+            (F.mse_loss(model(x), y) / ACCUM).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model, optimizer
+
+
+def test_scheduler_stepped_from_a_hook_advances_per_micro_batch():
+    schedulers = []
+
+    def tick(model, optimizer):
+        if not schedulers:
+            schedulers.append(torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5))
+        schedulers[0].step()
+
+    _model_, optimizer = _accumulate_with_hook(tick)
+    assert schedulers[0].last_epoch == ACCUM  # four schedule steps for one optimizer step
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(LR * 0.5 ** (ACCUM // 2))
+    # the twin: the scheduler stepped after the optimizer, once per step
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    for x, y in _micro_batches():
+        (F.mse_loss(model(x), y) / ACCUM).backward()
+    optimizer.step()
+    scheduler.step()
+    assert scheduler.last_epoch == 1 and optimizer.param_groups[0]["lr"] == pytest.approx(LR)
+
+
+def test_averaged_model_updated_from_a_hook_counts_every_micro_batch():
+    averages = []
+
+    def refresh(model, optimizer):
+        if not averages:
+            averages.append(torch.optim.swa_utils.AveragedModel(model))
+        averages[0].update_parameters(model)
+
+    _accumulate_with_hook(refresh, steps=2)
+    assert int(averages[0].n_averaged) == 2 * ACCUM  # eight updates for two optimizer steps
+    # the twin: an optimizer step post-hook updates the average once per step
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    average = torch.optim.swa_utils.AveragedModel(model)
+    optimizer.register_step_post_hook(lambda opt, args, kwargs: average.update_parameters(model))
+    for _ in range(2):
+        for x, y in _micro_batches():
+            (F.mse_loss(model(x), y) / ACCUM).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert int(average.n_averaged) == 2
