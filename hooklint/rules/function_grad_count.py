@@ -18,6 +18,7 @@ from hooklint.static.autograd_function import (
 )
 from hooklint.static.bodies import return_statements
 from hooklint.static.context import FileContext
+from hooklint.static.core.guards import fall_off_is_excluded
 
 # Tensor methods that return one tensor (not a tuple), whatever their arguments.
 _SINGLE_TENSOR_METHODS = frozenset({
@@ -283,6 +284,24 @@ class FunctionGradCount(Rule):
     triggers = FUNCTION_TRIGGERS + REGISTER_AUTOGRAD_TRIGGERS
     trigger_pattern = FUNCTION_TRIGGER_PATTERN + "|register_autograd"
     VALID: ClassVar[tuple[str, ...]] = (
+        # the early guard leaves no path to the end: one of the two later `if`s returns
+        # (monai's grid-pull Functions)
+        "import torch\n"
+        "class Pull(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, grid):\n"
+        "        ctx.save_for_backward(x, grid)\n"
+        "        return x * grid\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad):\n"
+        "        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):\n"
+        "            return None, None\n"
+        "        x, grid = ctx.saved_tensors\n"
+        "        if ctx.needs_input_grad[0]:\n"
+        "            return grad * grid, grad * x if ctx.needs_input_grad[1] else None\n"
+        "        if ctx.needs_input_grad[1]:\n"
+        "            return None, grad * x\n"
+        "y = Pull.apply(torch.ones(2, requires_grad=True), torch.ones(2))\n",
         # one gradient per input, None for the non-tensor one
         "import torch\n"
         "class Scale(torch.autograd.Function):\n"
@@ -475,7 +494,8 @@ class FunctionGradCount(Rule):
         """``backward`` ends without returning a gradient on some path: off its
         end, or at a bare ``return``.  Autograd takes that as one None."""
         bare = [r for r in cfg.reachable_returns() if r.value is None]
-        if not cfg.falls_off_end() and not bare:
+        falls_off = cfg.falls_off_end() and not fall_off_is_excluded(fn.backward)
+        if not falls_off and not bare:
             return None
         valued = [r for r in cfg.reachable_returns() if r.value is not None]
         n = len(fn.inputs)
