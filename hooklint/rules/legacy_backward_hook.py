@@ -54,7 +54,8 @@ class LegacyBackwardHook(Rule):
     only run on torch < 1.8 are not reported: the `else` of `if hasattr(m,
     "register_full_backward_hook")`, an `except AttributeError:` around
     `register_full_backward_hook`, and the old side of a version gate
-    (`torch.__version__ < "1.8"`, `version.parse(...)`, `TORCH_VERSION >= (1, 8)`).
+    (`torch.__version__ < "1.8"`, `version.parse(...)`, `TORCH_VERSION >= (1, 8)`,
+    helpers named for it: `is_torch_version(">=", "1.8")`, `pytorch_after(1, 8)`).
     A legacy hook in the branch that runs on newer torch is reported.  A call
     whose arguments torch's method does not take (`pipeline.register_backward_
     hook(site, work)`, a method of the same name defined elsewhere) is not a
@@ -137,6 +138,14 @@ class LegacyBackwardHook(Rule):
                          "only grad_output and returns None; unsafe otherwise; none when an in-place op follows "
                          "and the hook reads grad_input or returns a value")
     VALID: ClassVar[tuple[str, ...]] = (
+        # the legacy hook only on torch < 1.8, behind a project's version helper (monai's `pytorch_after`)
+        "import torch.nn as nn\n"
+        "from monai.utils import pytorch_after\n"
+        "def attach(mod, hook):\n"
+        "    if pytorch_after(1, 8):\n"
+        "        mod.register_full_backward_hook(hook)\n"
+        "    else:\n"
+        "        mod.register_backward_hook(hook)\n",
         # the full API
         "import torch.nn as nn\nm = nn.Linear(2, 2)\nm.register_full_backward_hook(lambda mod, gi, go: None)\n",
         # a class's own method of the same name is not torch's

@@ -132,15 +132,18 @@ def _decide_call(model: SemanticModel, call: ast.Call, depth: int) -> bool | Non
         return _decide_getattr(call.args[0])
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     lowered = name.lower()
-    if "torch" in lowered and ("version" in lowered or "greater" in lowered):
-        # is_torch_version(">=", "1.8"), is_torch_greater_or_equal("1.8"), torch_version_at_least("1.8")
+    if "torch" in lowered and any(w in lowered for w in ("version", "greater", "after", "at_least")):
+        # is_torch_version(">=", "1.8"), is_torch_greater_or_equal("1.8"), torch_version_at_least("1.8"),
+        # monai's pytorch_after(1, 8)
         op = next((_const_str(a) for a in call.args if _const_str(a) in (">=", ">", "<", "<=")), None)
-        target = next((v for v in (_const_version(model, a) for a in call.args) if v is not None), None)
+        numbers = [a.value for a in call.args if isinstance(a, ast.Constant) and type(a.value) is int]
+        target = tuple(numbers) if len(numbers) >= 2 and len(numbers) == len(call.args) else \
+            next((v for v in (_const_version(model, a) for a in call.args) if v is not None), None)
         if target is None:
             return None
         if op is None:
-            op = ">=" if ("greater" in lowered or "at_least" in lowered or lowered.endswith(("_ge", "_gte"))) \
-                else None
+            op = ">=" if ("greater" in lowered or "at_least" in lowered or "after" in lowered
+                          or lowered.endswith(("_ge", "_gte"))) else None
         return _compare_on_new_torch(op, target) if op else None
     return None
 
