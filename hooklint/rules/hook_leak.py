@@ -17,6 +17,7 @@ from hooklint.static.hooks import REGISTRATION_TRIGGERS, HookKind, Registration
 from hooklint.static.owner_objects import owner_fate
 from hooklint.static.semantic import Binding, ClassInfo, FunctionNode, is_staticmethod, positional_params
 from hooklint.static.setup_methods import attributes_used, called_only_to_set_up, given_attributes, only_sets_up
+from hooklint.static.tree_walk import walk_tree
 from hooklint.static.values import TensorValue, src
 
 
@@ -416,7 +417,7 @@ class _LeakAnalysis:
         if self._loads is None:
             names: dict[str, list[ast.Name]] = {}
             attributes: dict[str, list[ast.Attribute]] = {}
-            for node in ast.walk(self.ctx.tree):
+            for node in walk_tree(self.ctx.tree):
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                     names.setdefault(node.id, []).append(node)
                 elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):

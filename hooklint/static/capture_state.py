@@ -18,8 +18,10 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import FunctionNode
+from hooklint.static.tree_walk import child_nodes
 
 _EXTENDERS = frozenset({"append", "extend"})
+_SCOPES = FunctionNode + (ast.Lambda, ast.ClassDef)
 
 
 @dataclass(frozen=True)
@@ -30,12 +32,12 @@ class FirstValueThenAppend:
 
 
 def _own(func: ast.AST):
-    stack = list(ast.iter_child_nodes(func))
+    stack = child_nodes(func)
     while stack:
         node = stack.pop()
         yield node
-        if not isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
+        if not isinstance(node, _SCOPES):
+            stack.extend(child_nodes(node))
 
 
 def _first_call_test(test: ast.AST) -> tuple[str, str] | None:
@@ -152,13 +154,12 @@ def first_value_then_append(func: ast.AST) -> list[FirstValueThenAppend]:
     appends to ``d[k]`` with nothing testing the entry first; ``d`` outlives
     the call (not a local of ``func``)."""
     out: list[FirstValueThenAppend] = []
+    tests = [(node, found) for node in _own(func) if isinstance(node, ast.If) and node.orelse
+             and (found := _first_call_test(node.test)) is not None]
+    if not tests:
+        return out  # most bodies: no `if k not in d: ... else: ...`, and no need for their locals
     local_names = _locals(func)
-    for node in _own(func):
-        if not isinstance(node, ast.If) or not node.orelse:
-            continue
-        found = _first_call_test(node.test)
-        if found is None:
-            continue
+    for node, found in tests:
         key, container = found
         entry = f"{container}[{key}]"
         root = _root(node.test.comparators[0])

@@ -217,6 +217,13 @@ class _Scan:
         return False
 
 
+@lru_cache(maxsize=1024)
+def _scan(branch: str, flags: str) -> _Scan:
+    """One ``_Scan`` per branch text: rules share branches (`\\.forward[ \\t]*=[^=]`, a slot swap), and
+    ``_admitted`` searches a text once for a branch every rule that holds it asks about."""
+    return _Scan(branch, flags)
+
+
 def _compiled(pattern: str) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
@@ -381,7 +388,7 @@ def _branches(pattern: str) -> _Branches:
     flags = flags_match.group() if flags_match else ""
     body = pattern[len(flags):]
     if "(?P=" in body or re.search(r"\(\?[aiLmsux-]", body):
-        return _Branches.of([_Scan(body, flags)])
+        return _Branches.of([_scan(body, flags)])
     parts, depth, start, i, in_class = [], 0, 0, 0, False
     while i < len(body):
         c = body[i]
@@ -406,9 +413,9 @@ def _branches(pattern: str) -> _Branches:
     groups_before = 0
     for part in parts:
         if groups_before and _GROUP_REF.search(part):
-            return _Branches.of([_Scan(body, flags)])  # its numbers count the groups of the branches before it
+            return _Branches.of([_scan(body, flags)])  # its numbers count the groups of the branches before it
         groups_before += re.compile(flags + part).groups
-    return _Branches.of([_Scan(part, flags) for part in parts])
+    return _Branches.of([_scan(part, flags) for part in parts])
 
 
 @dataclass(frozen=True)
@@ -428,9 +435,21 @@ class _Branches:
                        for anchor, words in _anchored_groups(set(by_literal)))
         return cls(((("", plain),) if plain else ()) + groups)
 
-    def search(self, text: str) -> bool:
-        return any(anchor in text and any(scan.literal in text and scan.search(text) for scan in scans)
-                   for anchor, scans in self.groups)
+    def search(self, text: str, memo: dict[_Scan, bool] | None = None) -> bool:
+        """``memo``: what the branches of other patterns found in this same text."""
+        if memo is None:
+            return any(anchor in text and any(scan.literal in text and scan.search(text) for scan in scans)
+                       for anchor, scans in self.groups)
+        for anchor, scans in self.groups:
+            if anchor not in text:
+                continue
+            for scan in scans:
+                found = memo.get(scan)
+                if found is None:
+                    found = memo[scan] = scan.literal in text and scan.search(text)
+                if found:
+                    return True
+        return False
 
 
 def _literal_prefix(part: str) -> str:
@@ -509,11 +528,13 @@ class _RuleFilter:
 
 @lru_cache(maxsize=64)
 def _rule_filter(codes: frozenset[str]) -> _RuleFilter:
+    """Every rule's own triggers, over the rules the prefilter reads: those with a
+    static check, and those judged by the driver that have trigger words (HKL003)."""
     words: set[str] = set()
     branches: dict[str, _Branches] = {}
     rules = []
     for rule in rule_entries():
-        if rule.code not in codes or not rule.static:
+        if rule.code not in codes or not (rule.static or rule.triggers):
             continue
         words.update(rule.triggers)
         pattern = None
@@ -531,21 +552,47 @@ def admitted_rules(text: str, codes: frozenset[str]) -> frozenset[str]:
     no finding."""
     if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text)
+    return _admitted(text, codes) & _static_codes(codes)
+
+
+def _admitted(text: str, codes: frozenset[str]) -> frozenset[str]:
+    """The rules among ``codes`` whose own triggers (and pattern) ``text`` holds,
+    the driver's rules with trigger words included: the text passes the
+    prefilter exactly when one does (``_admits`` is the union of the same
+    conditions)."""
     filt = _rule_filter(codes)
     present = {word for anchor, words in filt.groups if anchor in text for word in words if word in text}
     out = []
     matched: dict[int, bool] = {}
+    found: dict[_Scan, bool] = {}
     for code, words, branches in filt.rules:
         if words.isdisjoint(present):
             continue
         if branches is not None:
             key = id(branches)
             if key not in matched:
-                matched[key] = branches.search(text)
+                matched[key] = branches.search(text, found)
             if not matched[key]:
                 continue
         out.append(code)
     return frozenset(out)
+
+
+def _admission(text: str, codes: frozenset[str]) -> tuple[bool, frozenset[str]]:
+    """(does the text pass the prefilter, the static rules its triggers admit):
+    ``may_contain_findings`` and ``admitted_rules`` in one reading of the text.
+    Asked one after the other they searched every admitted file's text for the
+    trigger words twice (1.2 s of CPU of a cold run over the corpus of
+    bench/corpus.py, a tenth of it).  A text Python reads as written (ASCII, or
+    already in NFKC form, nearly every file) gets both answers from the same
+    search; any other keeps the two readings (the prefilter tries the text as
+    written, then in NFKC form; the rules run on the NFKC form)."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        admitted = _admitted(text, codes)
+        return bool(admitted), admitted & _static_codes(codes)
+    if not may_contain_findings(text, codes):
+        return False, frozenset()
+    return True, admitted_rules(text, codes)
 
 
 def _syntax_finding(display_path: str, message: str, row: int, column: int) -> Finding:
@@ -640,10 +687,13 @@ def check_text(
     if notebook is not None and notebook.skip_reason:
         result.notices.append(Notice(display, notebook.skip_reason, NoticeLevel.SKIP))
         return result
-    if prefilter and graph is None and not may_contain_findings(text, active):
-        return result
-    # rules judged by the driver (HKL003) run whatever the text; the others only where their own triggers are
-    runs = active - _static_codes(active) | admitted_rules(text, active) if prefilter and graph is None else active
+    runs = active
+    if prefilter and graph is None:
+        passes, admitted = _admission(text, active)
+        if not passes:
+            return result
+        # rules judged by the driver (HKL003) run whatever the text; the others only where their own triggers are
+        runs = active - _static_codes(active) | admitted
     # After the prefilter: a file it rules out has no finding for a `# noqa` to
     # silence, and scanning every file's text again cost a third of the run.
     if noqa:

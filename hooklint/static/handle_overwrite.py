@@ -79,19 +79,43 @@ def _single_pass(loop: ast.AST) -> bool:
     return any(isinstance(n, (ast.Break, ast.Return)) for n in _own_nodes(loop))
 
 
+def _scopes_with_loops(tree: ast.Module) -> set[ast.AST] | None:
+    """The module and functions whose own nodes (``_own_nodes``) hold a loop,
+    found going up from each loop of the file; None when a loop has no parent
+    link (every scope is walked then)."""
+    out: set[ast.AST] = set()
+    for node in walk_tree(tree):
+        if not isinstance(node, _LOOPS):
+            continue
+        cur = getattr(node, "_hl_parent", None)
+        while cur is not None and not isinstance(cur, _SCOPES + (ast.Module,)):
+            cur = getattr(cur, "_hl_parent", None)
+        if cur is None:
+            return None
+        out.add(cur)
+    return out
+
+
 def overwritten_handles(ctx: FileContext) -> list[Overwrite]:
     core = ctx.core
     registration_calls = {id(r.call) for r in core.hooks.registrations if not r.via}
     out: list[Overwrite] = []
     scopes: list[ast.AST] = [ctx.tree] + [n for n in walk_tree(ctx.tree)
                                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    looping = _scopes_with_loops(ctx.tree)
     for scope in scopes:
+        if looping is not None and scope not in looping:
+            continue  # no loop of its own: its walk finds nothing (most functions; a second of the corpus)
         for loop in _own_nodes(scope):
-            if not isinstance(loop, _LOOPS) or _single_pass(loop):
+            if not isinstance(loop, _LOOPS):
                 continue
-            for stmt in _own_nodes(loop):
-                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
-                    continue
+            # the assignments first: most loops have none of the shape, and walking them is cheaper than
+            # asking `_single_pass`, which walks the loop too
+            assigns = [stmt for stmt in _own_nodes(loop) if isinstance(stmt, ast.Assign)
+                       and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)]
+            if not assigns or _single_pass(loop):
+                continue
+            for stmt in assigns:
                 target = stmt.targets[0]
                 if isinstance(target, ast.Name):
                     text, is_name = target.id, True

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from hooklint.static.hooks import HookKind
 from hooklint.static.semantic import ClassInfo
-from hooklint.static.tree_walk import walk_tree
+from hooklint.static.tree_walk import walk, walk_tree
 
 # The dicts torch keeps each kind of hook in (torch 2.x: nn.Module and Tensor attributes).
 HOOK_DICTS: dict[HookKind, frozenset[str]] = {
@@ -175,7 +175,7 @@ def _name_assignments(scope: ast.AST) -> dict[str, list[ast.AST]]:
 def _uses(parts: list[ast.AST], name: str, loop: ast.AST, source: ast.AST, stop: ast.AST) -> list[ForeignUse]:
     out = []
     for part in parts:
-        for node in ast.walk(part):
+        for node in walk(part):
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
                     and isinstance(node.value, ast.Name) and node.value.id == name \
                     and node.attr not in _SAFE_ATTRS and not _guarded(node, name, stop) \

@@ -162,6 +162,7 @@ _PLAIN_NODES = frozenset({
 _LEAF_FIELDS = frozenset({"ctx", "id", "attr", "arg", "asname", "module", "level", "kind", "conversion",
                           "is_async", "simple", "type_comment"})
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_REVERSED_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}  # the same, last first (the build's stack)
 
 
 def short_source(node: ast.AST, width: int = 60, odd: str = "<expr>") -> str:
@@ -252,12 +253,19 @@ def _shared_nodes() -> tuple[ast.AST, ...]:
     return tuple({id(n): n for n in ast.walk(tree) if isinstance(n, kinds)}.values())
 
 
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(kind)
+    if fields is None:
+        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
+    return fields
+
+
 def child_nodes(node: ast.AST) -> list[ast.AST]:
     """Children in field order, without the shared Load/Store/Del singletons."""
     kind = type(node)
     fields = _CHILD_FIELDS.get(kind)
     if fields is None:
-        fields = _CHILD_FIELDS[kind] = tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
+        fields = _child_fields(kind)
     out: list[ast.AST] = []
     for name in fields:
         value = getattr(node, name, None)
@@ -283,6 +291,10 @@ class SemanticModel:
         # `return`, `yield`, `yield from` and `raise`, in the order visited (summaries look them up by function)
         self.exits: list[ast.AST] = []
         self._visited: list[ast.AST] = []
+        self._imports: list[ast.Import | ast.ImportFrom] = []  # every import statement, wherever it is
+        # every attribute name the file reads or writes (`x.<name>`): "does the file name `_forward_hooks`?"
+        # answered without a walk of every node
+        self.attribute_names: set[str] = set()
         self._build()
         self._link_classes()
 
@@ -293,7 +305,7 @@ class SemanticModel:
         found = getattr(self, "_imported_packages", None)
         if found is None:
             names: set[str] = set()
-            for node in self._visited or ast.walk(self.tree):
+            for node in self._imports if self._visited else ast.walk(self.tree):
                 if isinstance(node, ast.Import):
                     names.update(alias.name.split(".")[0] for alias in node.names)
                 elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -325,6 +337,7 @@ class SemanticModel:
             node._hl_parent = None  # type: ignore[attr-defined]
             node._hl_scope = None  # type: ignore[attr-defined]
         self._visited = []
+        self._imports = []
         self.exits = []
         for scope in self.scopes.values():  # Binding.scope <-> Scope.bindings
             scope.bindings = {}
@@ -353,6 +366,9 @@ class SemanticModel:
         name_calls = self.name_calls
         visited = self._visited
         exits = self.exits
+        reversed_fields = _REVERSED_CHILD_FIELDS
+        attribute_names = self.attribute_names
+        attribute = ast.Attribute
         while stack:
             node, parent, scope = stack.pop()
             node._hl_parent = parent  # type: ignore[attr-defined]
@@ -361,7 +377,9 @@ class SemanticModel:
             child_scope = scope
             kind = type(node)
             if kind in _PLAIN_NODES:
-                if kind in _EXIT_NODES:
+                if kind is attribute:
+                    attribute_names.add(node.attr)  # type: ignore[attr-defined]
+                elif kind in _EXIT_NODES:
                     exits.append(node)
             elif isinstance(node, ast.Call):
                 func = node.func
@@ -435,6 +453,7 @@ class SemanticModel:
                     stack.append((node.elt, node, child_scope))
                 continue
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self._imports.append(node)
                 self._bind_import(node, scope)
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
                 self._bind_assign(node, scope)
@@ -450,10 +469,17 @@ class SemanticModel:
                 scope.nonlocals.update(node.names)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 self._bind(scope, node.name, "except", node, node.type)
-            children = child_nodes(node)
-            if children:
-                children.reverse()
-                stack.extend([(child, node, scope) for child in children])
+            # child_nodes(node), pushed last child first (inlined: 1.8 million calls over the corpus)
+            fields = reversed_fields.get(kind)
+            if fields is None:
+                fields = reversed_fields[kind] = tuple(reversed(_child_fields(kind)))
+            for name in fields:
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    if value:
+                        stack += [(item, node, scope) for item in reversed(value) if isinstance(item, _AST)]
+                elif isinstance(value, _AST):
+                    stack.append((value, node, scope))
 
     def _new_scope(self, node: ast.AST, kind: str, parent: Scope) -> Scope:
         scope = Scope(node, kind, parent)

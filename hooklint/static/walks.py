@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from hooklint.static.core import Core
 from hooklint.static.core import places as P
 from hooklint.static.semantic import FunctionNode, SemanticModel, positional_params
-from hooklint.static.tree_walk import child_nodes, walk_tree
+from hooklint.static.tree_walk import child_nodes, walk, walk_tree
 from hooklint.static.values import ModuleValue
 
 # Iterations over the direct children of a module, and where the child sits in each item.
@@ -57,9 +57,10 @@ class WalkRegistration:
 
 def recursive_walks(model: SemanticModel, core: Core) -> list[Walk]:
     out: list[Walk] = []
+    looping = _functions_calling(model, (*_CHILD_ITERATORS, *_MODULES_DICT))
     for func in model.functions:
-        if not isinstance(func, FunctionNode):
-            continue
+        if func not in looping:
+            continue  # no loop of its own can iterate children: walking its body found nothing (1 s of the corpus)
         params = positional_params(func)
         for node in _own_nodes(func):
             loop_iter, target, path = _loop_parts(node)
@@ -76,6 +77,22 @@ def recursive_walks(model: SemanticModel, core: Core) -> list[Walk]:
             if recursion is not None:
                 out.append(Walk(func, param, params.index(param), node, child, text, recursion))
                 break
+    return out
+
+
+def _functions_calling(model: SemanticModel, methods: tuple[str, ...]) -> set[ast.AST]:
+    """The functions (``def``, not lambdas) holding among their own nodes (not
+    those of a nested function, lambda or class) a call ``<expr>.<method>(...)``
+    of one of ``methods``: the only ones whose own loops can iterate such a
+    call.  Found from the model's index of method calls, going up from each."""
+    out: set[ast.AST] = set()
+    for method in methods:
+        for call in model.method_calls.get(method, ()):
+            node = getattr(call, "_hl_parent", None)
+            while node is not None and not isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
+                node = getattr(node, "_hl_parent", None)
+            if isinstance(node, FunctionNode):
+                out.add(node)
     return out
 
 
@@ -460,7 +477,7 @@ def _apply_walkers(model: SemanticModel, inference, info) -> list[tuple[ast.Call
     """Calls in the class's methods that walk ``self`` with ``Module.apply`` to register hooks."""
     out: list[tuple[ast.Call, str]] = []
     for func in info.methods.values():
-        for node in ast.walk(func):
+        for node in walk(func):
             if not isinstance(node, ast.Call) or not node.args:
                 continue
             first = node.args[0]

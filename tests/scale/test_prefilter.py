@@ -158,3 +158,74 @@ def test_rules_not_admitted_are_not_run(monkeypatch):
     ran.clear()
     checker.check_text("a.py", text, frozenset({"HKL303", "HKL304"}), prefilter=False)
     assert sorted(ran) == ["HKL303", "HKL304"]
+
+
+def _admission_texts() -> list[str]:
+    """Texts that pass and fail the prefilter: the fixtures, each rule's own
+    examples, texts only HKL003 (`# noqa: HKL...`) admits, and spellings
+    Python reads in NFKC form (fullwidth letters; a combining mark that NFKC
+    composes with the letter before it, so the text as written holds a word
+    the NFKC form does not)."""
+    texts = []
+    for path in sorted(FIXTURES.rglob("*.py")):
+        try:
+            texts.append(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            continue
+    for rule in STATIC_RULES:
+        texts.extend(rule.VALID)
+        texts.extend(getattr(example, "code", example) for example in rule.INVALID)
+    texts += [
+        "x = 1  # noqa: HKL304\n",
+        "x = 1\n",
+        "import torch\nmodel = torch.compile(model)\n",
+        "h = model.\uff52egister_forward_hook(fn)\n",
+        "m.remove\u0301()\nh = model.register_forward_hook(fn)\n",
+        "y = layer.forward(x)\n",
+        "y = super().forward(x)\n",
+    ]
+    return texts
+
+
+def test_one_reading_answers_the_prefilter_and_the_rules_it_admits():
+    """checker._admission (what check_text asks) gives what the prefilter
+    (may_contain_findings) and admitted_rules give asked one after the other,
+    for every selection of rules tried: all of them, each family, one rule."""
+    from hooklint.static import checker
+
+    every = frozenset(resolve_codes(None, [], [])) | {"HKL003"}  # HKL003 is not on by default
+    selections = [every, frozenset({"HKL003"}), frozenset({"HKL303"}), frozenset({"HKL003", "HKL304"})]
+    selections += [frozenset(c for c in every if c.startswith(f"HKL{family}")) for family in "12345678"]
+    texts = _admission_texts()
+    for codes in selections:
+        passed = 0
+        for text in texts:
+            expected_pass = checker.may_contain_findings(text, codes)
+            passes, admitted = checker._admission(text, codes)
+            assert passes == expected_pass, (sorted(codes)[:3], text[:80])
+            if passes:
+                passed += 1
+                assert admitted == checker.admitted_rules(text, codes), (sorted(codes)[:3], text[:80])
+        assert 0 < passed, sorted(codes)[:3]
+    assert not checker._admission("x = 1\n", every)[0]
+    assert checker._admission("x = 1  # noqa: HKL304\n", every) == (True, frozenset())
+
+
+def test_branches_shared_by_rules_are_searched_once_per_text():
+    """Rules that hold the same pattern branch share one scan of it, and a
+    search that reuses what other patterns found in the text gives the answer
+    of a fresh search."""
+    from hooklint.rules import rule_entries
+    from hooklint.static import checker
+
+    patterns = sorted({e.trigger_pattern for e in rule_entries() if e.trigger_pattern})
+    first = {id(scan) for p in patterns for _a, scans in checker._branches(p).groups for scan in scans}
+    again = {id(scan) for p in patterns for _a, scans in checker._branches(p).groups for scan in scans}
+    assert first == again
+    counted = [scan for p in patterns for _a, scans in checker._branches(p).groups for scan in scans]
+    assert len({id(s) for s in counted}) < len(counted), "no branch shared by two rules any more?"
+    for text in _admission_texts():
+        memo: dict = {}
+        for pattern in patterns:
+            branches = checker._branches(pattern)
+            assert branches.search(text, memo) == branches.search(text), (pattern[:60], text[:60])

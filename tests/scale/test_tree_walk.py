@@ -66,3 +66,49 @@ def test_a_generated_module_with_every_field_shape_is_walked_as_ast_walk():
     assert [id(n) for n in walk_tree(tree)] == [id(n) for n in ast.walk(tree)]
     for node in ast.walk(tree):
         assert [id(n) for n in child_nodes(node)] == [id(n) for n in ast.iter_child_nodes(node)], node
+
+
+def test_walk_is_ast_walk_in_order_for_any_part():
+    """tree_walk.walk (what walk_tree gives for a part of the tree) yields
+    ast.walk's nodes in ast.walk's order, for every function, class and
+    statement of the fixtures, and lazily (a walk stopped early stops)."""
+    from hooklint.static.tree_walk import walk
+
+    parts = 0
+    for path in sorted(FIXTURES.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.stmt, ast.Lambda)):
+                assert [id(n) for n in walk(node)] == [id(n) for n in ast.walk(node)], (path, node.lineno)
+                parts += 1
+    assert parts > 1000
+    tree = ast.parse("def f(x):\n    return x + 1\n")
+    walker = walk(tree.body[0])
+    assert next(walker) is tree.body[0]
+
+
+def test_the_model_indexes_attribute_names_and_imports_as_a_walk_finds_them():
+    from hooklint.static.semantic import SemanticModel
+
+    for path in sorted(FIXTURES.rglob("*.py"))[:80]:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        model = SemanticModel(tree)
+        assert model.attribute_names == {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}, path
+        walked = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                walked.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                walked.add(node.module.split(".")[0])
+        packages = model.imported_packages
+        assert packages == walked, path
+        model.release()
+        model._imported_packages = None
+        assert model.imported_packages == walked, path  # after release: read from the tree again
+    SemanticModel.release_shared()

@@ -15,6 +15,7 @@ import ast
 
 from hooklint.static.fallbacks import decide
 from hooklint.static.semantic import SemanticModel
+from hooklint.static.tree_walk import walk_tree
 
 _TYPE_CHECKING = frozenset({"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"})
 
@@ -76,8 +77,10 @@ def constructed_attribute(model: SemanticModel, cls, attr: str) -> tuple[bool, o
     ``if self.call_act_quantizer_impl:`` branch never registers the hook).
     A subclass of another file or a store of another file is not seen: the
     answer only makes a rule quieter."""
+    if model._visited and attr not in model.attribute_names:
+        return False, None  # never stored (nor named): the walk below would count no store
     stores = 0
-    for node in ast.walk(model.tree):
+    for node in walk_tree(model.tree):
         if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, (ast.Store, ast.Del)):
             stores += 1
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \

@@ -131,7 +131,8 @@ def export(core: "Core", tree: ast.AST, qualname: Callable[[ast.AST], str | None
     # through a local alias of it: a file that names none (most files; `dict.pop` is everywhere) has no such
     # deletion, and its `pop` calls and `del` statements need no function summary
     nodes = model._visited or list(ast.walk(tree))
-    if any(isinstance(node, ast.Attribute) and node.attr in _ALL_HOOK_DICTS for node in nodes):
+    if not model.attribute_names.isdisjoint(_ALL_HOOK_DICTS) if model._visited else \
+            any(isinstance(node, ast.Attribute) and node.attr in _ALL_HOOK_DICTS for node in nodes):
         for name in _DROPPING:
             for call in model.method_calls.get(name, ()):
                 owner = core.places.owner(call)
