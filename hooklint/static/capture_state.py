@@ -18,7 +18,7 @@ import ast
 from dataclasses import dataclass
 
 from hooklint.static.semantic import FunctionNode
-from hooklint.static.tree_walk import child_nodes
+from hooklint.static.tree_walk import child_nodes, walk_tree
 
 _EXTENDERS = frozenset({"append", "extend"})
 _SCOPES = FunctionNode + (ast.Lambda, ast.ClassDef)
@@ -66,6 +66,33 @@ def _builds_sequence(value: ast.AST) -> bool:
 def _fresh(value: ast.AST) -> bool:
     return isinstance(value, (ast.Dict, ast.DictComp, ast.List, ast.ListComp)) or isinstance(value, ast.Call) \
         and isinstance(value.func, ast.Name) and value.func.id in ("dict", "defaultdict", "OrderedDict", "list")
+
+
+def _may_hold_first_call_test(func: ast.AST) -> bool:
+    """Can ``func``'s own nodes hold an ``if k not in d: ... else: ...``?
+    Answered from the file's list of such ``if`` statements (made once per
+    tree from its node list, kept on it), going up from each to the first
+    function, lambda or class: the rule asks about every hook body of a file
+    (1,529 over the corpus of bench/corpus.py), nearly all without one, and
+    walking each cost more than the rest of the rule.  True when the parent
+    links are missing (the body is walked then)."""
+    root = func
+    while (up := getattr(root, "_hl_parent", None)) is not None:
+        root = up
+    if type(root) is not ast.Module or root is func:
+        return True
+    found = root.__dict__.get("_hl_not_in_ifs")
+    if found is None:
+        found = []
+        for node in walk_tree(root):
+            if isinstance(node, ast.If) and node.orelse and isinstance(node.test, ast.Compare) \
+                    and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.NotIn):
+                owner = getattr(node, "_hl_parent", None)
+                while owner is not None and not isinstance(owner, _SCOPES):
+                    owner = getattr(owner, "_hl_parent", None)
+                found.append(owner)
+        root._hl_not_in_ifs = found  # type: ignore[attr-defined]
+    return any(owner is func for owner in found)
 
 
 def _locals(func: ast.AST) -> set[str]:
@@ -154,6 +181,8 @@ def first_value_then_append(func: ast.AST) -> list[FirstValueThenAppend]:
     appends to ``d[k]`` with nothing testing the entry first; ``d`` outlives
     the call (not a local of ``func``)."""
     out: list[FirstValueThenAppend] = []
+    if not _may_hold_first_call_test(func):
+        return out
     tests = [(node, found) for node in _own(func) if isinstance(node, ast.If) and node.orelse
              and (found := _first_call_test(node.test)) is not None]
     if not tests:
