@@ -73,12 +73,16 @@ def test_the_shortcuts_are_taken_for_the_costly_shapes():
     """Patterns of these shapes cost 0.5 to 1.6 s each over the corpus when
     searched as written; the shortcuts must not silently fall back."""
     kinds = {scan.kind for pattern in PATTERNS for _anchor, scans in _branches(pattern).groups for scan in scans}
-    assert {"boundary", "line", "inline"} <= kinds
+    assert {"boundary", "line", "inline", "all"} <= kinds
     swap = _Scan(r"(?<![\w.])(\w+(?:\.\w+)*\[[^\]\n]{1,40}\])[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1")
     assert swap.kind == "inline" and swap.literal == "="
     line = _Scan(r"^[ \t]*(\w+(?:\.\w+)+)[ \t]*=[ \t]*[A-Z]\w*\([ \t]*\1", "(?m)")
     assert line.kind == "line" and line.literal == "="
     assert _Scan(r"\bfullgraph\s*=").kind == "boundary" and _Scan(r"\bfullgraph\s*=").literal == "fullgraph"
+    both = _Scan(r"\A(?=[\s\S]*?(?<![\w.])self\.\w+ = \[\])[\s\S]*?partial\(")
+    assert both.kind == "all" and len(both.parts) == 2
+    # a part referring to a group by number would be numbered anew: searched as written
+    assert _Scan(r"\A(?=[\s\S]*?(a)\1)[\s\S]*?b").kind == ""
 
 
 @pytest.mark.parametrize("pattern", [
@@ -99,6 +103,10 @@ def test_the_shortcuts_are_taken_for_the_costly_shapes():
     r"\w+=c(?!a)",                  # a lookahead: searched as written
     r"\w+=c\b",
     r"[a-z]+\s=c",                  # `\s` can match a line break: searched as written
+    r"\A(?=[\s\S]*?a=c)(?=[\s\S]*?\nx)[\s\S]*?(?:b|=c)",  # each part anywhere, the tail too
+    r"\A(?=[\s\S]*?(?<![\w.])b=c)(?=[\s\S]*?x)",      # lookaheads only; a lookbehind in a part
+    r"(?m)\A(?=[\s\S]*?^x)[\s\S]*?a$",                  # a global flag applies to every part
+    r"\A(?=[\s\S]*?[(]a)(?=[\s\S]*?[)]\()b",          # not the shape (the tail lacks its `[\s\S]*?`)
 ])
 def test_hand_written_patterns_agree_with_re_search(pattern):
     texts = EDGES + ["a=c", "x = 11\n", "b=cb", "q\na=ca\n", "zww", "xyy", "c=d", "HOOK!", "ahook",
