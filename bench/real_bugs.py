@@ -124,6 +124,13 @@ CLASSES: dict[str, str] = {
     "hook-assumes-unbatched-activation": "hook assumes an activation without a batch dimension",
     "hook-accumulates-autograd-graph": "hook keeps autograd graphs alive across calls",
     "forward-hook-reads-mutated-input": "forward hook reads an input the forward mutated",
+    # Named by the sixth round's finders (2026-11-28), described from the names alone.
+    "forward-patch-drops-original-forward": "forward monkeypatch loses the module's original forward",
+    "function-ctx-stores-output-tensor": "custom Function keeps an output tensor on ctx",
+    "function-grad-wrt-frozen-params": "custom Function computes gradients for frozen parameters",
+    "hook-backward-on-tensor-without-grad": "hook or backward attached to a tensor that needs no grad",
+    "hook-reads-owner-state-clobbered": "hook reads owner state that something else overwrote",
+    "hooks-copied-on-model-rewrite": "hooks copied (or not) when a model is rewritten",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
