@@ -106,6 +106,7 @@ _RULE_MODULES = (
     "hooklint.rules.saved_tensor_dtype_not_restored",
     "hooklint.rules.recompute_without_rng_state",
     "hooklint.rules.state_dict_hook_ignores_prefix",
+    "hooklint.rules.backward_calls_undefined_name",
 )
 
 
