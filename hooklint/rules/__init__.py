@@ -107,6 +107,7 @@ _RULE_MODULES = (
     "hooklint.rules.recompute_without_rng_state",
     "hooklint.rules.state_dict_hook_ignores_prefix",
     "hooklint.rules.backward_calls_undefined_name",
+    "hooklint.rules.hook_reads_tuple_output_as_tensor",
 )
 
 
