@@ -108,6 +108,7 @@ _RULE_MODULES = (
     "hooklint.rules.state_dict_hook_ignores_prefix",
     "hooklint.rules.backward_calls_undefined_name",
     "hooklint.rules.hook_reads_tuple_output_as_tensor",
+    "hooklint.rules.hook_squeezes_batch_axis",
 )
 
 
