@@ -77,7 +77,9 @@ class HookSqueezesBatchAxis(Rule):
     name = "hook-squeezes-batch-axis"
     summary = "An activation hook squeezes axis 0, then indexes axis 0, whose meaning depends on the batch size"
     severity = Severity.WARNING
-    triggers = ("squeeze(0)", "squeeze(dim=0)")
+    # a hook API word, and the squeeze (alone, `squeeze(0)` would admit a fifth of all model code)
+    triggers = ("register_forward_hook", "add_hook", "_hooks", "hooks(", "hook_", "HookPoint")
+    trigger_pattern = r"squeeze\((?:dim=)?0\)"
 
     VALID: ClassVar[tuple[str, ...]] = (
         # the position axis is indexed explicitly
