@@ -848,7 +848,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   'HookSqueezesBatchAxis',
   True,
   ('static',),
-  ('register_forward_hook', 'add_hook', '_hooks', 'hooks(', 'hook_', 'HookPoint'),
+  ('register_forward_hook', 'add_hook', 'fwd_hooks', 'run_with_hooks', '.hooks('),
   'squeeze\\((?:dim=)?0\\)',
   True),
  ('HKL501',

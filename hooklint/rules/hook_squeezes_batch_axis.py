@@ -48,6 +48,12 @@ class HookSqueezesBatchAxis(Rule):
             cache[layer] = feats
 
         return cache, [(f"blocks.{i}.hook_resid_mid", partial(cache_acts, layer=i)) for i in range(n_layers)]
+
+    def get_activations(model, tokens, encoder, zero_positions):
+        cache, hooks = caching_hooks(encoder, zero_positions, model.cfg.n_layers)
+        with model.hooks(hooks):
+            model(tokens)
+        return cache
     ```
 
     ## Use instead
@@ -63,6 +69,12 @@ class HookSqueezesBatchAxis(Rule):
             cache[layer] = feats
 
         return cache, [(f"blocks.{i}.hook_resid_mid", partial(cache_acts, layer=i)) for i in range(n_layers)]
+
+    def get_activations(model, tokens, encoder, zero_positions):
+        cache, hooks = caching_hooks(encoder, zero_positions, model.cfg.n_layers)
+        with model.hooks(hooks):
+            model(tokens)
+        return cache
     ```
 
     ## Fix safety
@@ -78,7 +90,7 @@ class HookSqueezesBatchAxis(Rule):
     summary = "An activation hook squeezes axis 0, then indexes axis 0, whose meaning depends on the batch size"
     severity = Severity.WARNING
     # a hook API word, and the squeeze (alone, `squeeze(0)` would admit a fifth of all model code)
-    triggers = ("register_forward_hook", "add_hook", "_hooks", "hooks(", "hook_", "HookPoint")
+    triggers = ("register_forward_hook", "add_hook", "fwd_hooks", "run_with_hooks", ".hooks(")
     trigger_pattern = r"squeeze\((?:dim=)?0\)"
 
     VALID: ClassVar[tuple[str, ...]] = (
@@ -117,6 +129,11 @@ class HookSqueezesBatchAxis(Rule):
             "        feats[zero_positions] = 0  # HKL423\n"
             "        cache[layer] = feats\n"
             "    return cache, [(f'blocks.{i}.mlp.hook_in', partial(cache_acts, layer=i)) for i in range(n_layers)]\n"
+            "def run(model, tokens, encoder, positions):\n"
+            "    cache, hooks = caching_hooks(encoder, positions, model.cfg.n_layers)\n"
+            "    with model.hooks(hooks):\n"
+            "        model(tokens)\n"
+            "    return cache\n"
         ),
         # a forward hook, reading rather than writing
         Invalid(
