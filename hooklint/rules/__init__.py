@@ -106,6 +106,9 @@ _RULE_MODULES = (
     "hooklint.rules.saved_tensor_dtype_not_restored",
     "hooklint.rules.recompute_without_rng_state",
     "hooklint.rules.state_dict_hook_ignores_prefix",
+    "hooklint.rules.backward_calls_undefined_name",
+    "hooklint.rules.hook_reads_tuple_output_as_tensor",
+    "hooklint.rules.hook_squeezes_batch_axis",
 )
 
 
