@@ -131,7 +131,7 @@ _COUNT = re.compile(r"\{[0-9]*,?[0-9]*\}")
 
 
 class _Scan:
-    """One branch of a trigger pattern and the cheapest way to find out whether
+    r"""One branch of a trigger pattern and the cheapest way to find out whether
     a text holds a match of it, with the same answer as ``re.search``.
 
     Python's regex engine tries a pattern at every position of the text unless
