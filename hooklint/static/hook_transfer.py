@@ -31,6 +31,8 @@ HOOK_DICT_NAMES = frozenset({
     "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
 })
 _COPIES = frozenset({"copy", "deepcopy", "__copy__", "__deepcopy__", "clone"})
+# calls that find an existing object rather than build one (`model.get_submodule(name)`, `getattr(m, name)`)
+_LOOKUPS = ("get", "find", "lookup", "search", "select", "next", "pop", "setdefault", "unwrap", "resolve")
 _EMPTYING = frozenset({"clear", "pop", "popitem", "__delitem__"})
 _WRAPPERS = frozenset({"list", "tuple", "sorted", "reversed", "iter", "dict", "OrderedDict"})
 
@@ -113,6 +115,24 @@ class _Function:
                     found = _hook_dict(_strip(value))
                     if found is not None:
                         self.dict_aliases[target.id] = (found[0], found[1], value)
+        # names holding the hooks themselves: `hooks = list(old._forward_hooks.values())`, `[h for h in ...]`
+        self.hook_lists: dict[str, tuple[str, ast.AST, ast.AST]] = {}
+        for name, values in self.assigned.items():
+            if len(values) == 1:
+                source = self._hooks_listed(values[0])
+                if source is not None:
+                    self.hook_lists[name] = source
+
+    def _hooks_listed(self, value: ast.AST) -> tuple[str, ast.AST, ast.AST] | None:
+        """The hook dict whose hooks ``value`` lists (``d.values()``, a copy of it, a comprehension keeping them)."""
+        value = _strip(value)
+        if isinstance(value, (ast.ListComp, ast.GeneratorExp)) and len(value.generators) == 1 \
+                and isinstance(value.elt, ast.Name) and isinstance(value.generators[0].target, ast.Name) \
+                and value.elt.id == value.generators[0].target.id:
+            value = value.generators[0].iter
+        if _is_values(value):
+            return self._source_dict(value, "value")
+        return None
 
     def _source_dict(self, iterable: ast.AST, want: str) -> tuple[str, ast.AST, ast.AST] | None:
         """What a loop over ``iterable`` reads: its hook dict when it yields hooks (``want="value"``, via
@@ -145,6 +165,10 @@ class _Function:
                 loops.append((node.target, node.iter))
             for target, iterable in loops:
                 if isinstance(target, ast.Name):
+                    listed = _strip(iterable)
+                    if isinstance(listed, ast.Name) and listed.id in self.hook_lists:
+                        bound[target.id] = self.hook_lists[listed.id]
+                        continue
                     source = self._source_dict(iterable, "value")
                     if source is not None and _is_values(iterable):
                         bound[target.id] = source
@@ -198,7 +222,7 @@ class _Function:
 
     def _fresh(self, destination: ast.AST) -> bool:
         """The function builds the destination itself on some path (a constructor or factory call, such as
-        ``from_float(mod)``) and never binds it to a copy: the transfer is how the new module gets the hooks
+        ``from_float(mod)``, not a look-up such as ``get_submodule(name)``) and never binds it to a copy: the transfer is how the new module gets the hooks
         (torch's ``swap_module`` binds ``new_mod = mod`` first and transfers only after a swap)."""
         if not isinstance(destination, ast.Name):
             return False
@@ -214,7 +238,8 @@ class _Function:
                     callee.id if isinstance(callee, ast.Name) else ""
                 if name in _COPIES or "copy" in name.lower():
                     return False
-                built = True
+                if not name.lstrip("_").startswith(_LOOKUPS):
+                    built = True
         return built
 
     def _guarded(self, owner: ast.AST, destination: ast.AST, read: ast.AST, hook: ast.AST | None,

@@ -72,6 +72,9 @@ def test_the_other_bad_spellings_double_the_hook(transfers):
     manager = transfers["PhaseManager"](model)
     manager.switch(copy.copy(model))
     assert _runs(model, calls) == 2
+    model, _ = _hooked_model(calls)
+    transfers["Offloader"]().carry(model, copy.copy(model))
+    assert _runs(model, calls) == 2
 
 
 def test_the_guarded_twins_run_each_hook_once(transfers):
