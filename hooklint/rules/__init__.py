@@ -60,6 +60,7 @@ _RULE_MODULES = (
     "hooklint.rules.saved_tensor_layout_lost",
     "hooklint.rules.saved_tensors_hooks_exited_in_hook",
     "hooklint.rules.hook_per_parent_on_shared_module",
+    "hooklint.rules.hook_transfer_duplicates",
     "hooklint.rules.handle_list_never_emptied",
     "hooklint.rules.pre_hook_needs_positional_input",
     "hooklint.rules.load_hook_replaces_tensor",
