@@ -253,6 +253,16 @@ class FunctionGradOrder(Rule):
         "        if ctx.shared_kv:\n"
         "            return dqv, dv, None, None\n"
         "        return None, None, dv, dqv\n",
+        # a straight-through estimator: the incoming gradient of the output (named for the input forward
+        # returns) goes to the other input on purpose (torchdiffeq's _StitchGradient)
+        "import torch\n"
+        "class Stitch(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x1, out):\n"
+        "        return out\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad_out):\n"
+        "        return grad_out, None\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
@@ -424,8 +434,12 @@ class FunctionGradOrder(Rule):
                 continue
             wrong = []
             rebound = _inputs_rebound_away(fn)
+            # backward's own parameters are the gradients of forward's OUTPUTS: `grad_out` handed on
+            # unchanged is a straight-through estimator (torchdiffeq's _StitchGradient: forward(ctx, x1,
+            # out) returns `out`, backward returns `grad_out, None`), whatever input it sounds like.
+            incoming = {a.arg for a in fn.backward.args.posonlyargs + fn.backward.args.args}
             for slot, elt in enumerate(ret.value.elts[:len(fn.inputs)]):
-                if not isinstance(elt, ast.Name):
+                if not isinstance(elt, ast.Name) or elt.id in incoming:
                     continue
                 owner = _input_for_grad_name(elt.id, fn.inputs)
                 if owner is not None and fn.inputs.index(owner) != slot \

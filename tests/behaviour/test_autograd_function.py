@@ -221,3 +221,28 @@ def test_hkl502_docs_example_trains_the_wrong_parameters():
     assert torch.equal(good_weight, torch.full((3,), 5.0)) and torch.equal(good_bias, torch.ones(3))
     assert torch.equal(bad_weight, torch.ones(3)), "weight received the bias gradient"
     assert torch.equal(bad_bias, torch.full((3,), 5.0)), "bias received the weight gradient"
+
+
+def test_straight_through_stitch_hands_the_output_gradient_to_the_first_input():
+    """HKL502 stays quiet on a straight-through estimator: backward hands its incoming `grad_out` to `x1`,
+    the input whose value the output stands for, on purpose (torchdiffeq 0.2.x's _StitchGradient).  In real
+    torch `x1` gets exactly the output's gradient and the no-grad `out` gets none: nothing is misplaced."""
+    source = (
+        "import torch\n"
+        "class Stitch(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x1, out):\n"
+        "        return out\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad_out):\n"
+        "        return grad_out, None\n"
+    )
+    assert not lint(source, "HKL502")
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - the test's own code
+    x1 = torch.tensor([1.0, 2.0], requires_grad=True)
+    with torch.no_grad():
+        out = torch.nextafter(x1, x1 + 1)
+    (namespace["Stitch"].apply(x1, out) * torch.tensor([3.0, 4.0])).sum().backward()
+    assert torch.equal(x1.grad, torch.tensor([3.0, 4.0]))
+    assert not out.requires_grad
