@@ -222,6 +222,14 @@ class HookPerParentOnSharedModule(Rule):
         "        return self.model(x)\n"
         "    def attribute(self, x):\n"
         "        return DeepLift(self).attribute(x)\n",
+        # a keyword-only partial of the current forward: a second application replaces the keyword
+        # (functools.partial flattens), so a module reached twice still runs its forward once
+        "from functools import partial\n"
+        "def set_defaults(module, params):\n"
+        "    for name, child in module.named_children():\n"
+        "        if name in params:\n"
+        "            child.forward = partial(child.forward, arch_param=params[name])\n"
+        "        set_defaults(child, params)\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
         Invalid(

@@ -340,6 +340,8 @@ def _wraps_current(model: SemanticModel, value: ast.AST, name: str, attr: str) -
     itself by a local function that reads one of those of its parameter?"""
     if not isinstance(value, ast.Call):
         return False
+    if _keyword_partial_of_forward(value, name):
+        return False
     arguments = list(value.args) + [k.value for k in value.keywords]
     for position, arg in enumerate(arguments):
         if _holds_current(arg, {name}):
@@ -350,6 +352,22 @@ def _wraps_current(model: SemanticModel, value: ast.AST, name: str, attr: str) -
             if position < len(params) and any(_current_of(node, {params[position]}) for node in _own_nodes(callee)):
                 return True
     return False
+
+
+def _keyword_partial_of_forward(call: ast.Call, name: str) -> bool:
+    """``partial(m.forward, key=value)``: applying it twice does not stack,
+    because ``functools.partial`` of a partial flattens to one partial of the
+    original function and the later keywords replace the same-named earlier
+    ones (mmrazor's ``child.forward = partial(child.forward, arch_param=p)``).
+    Positional arguments would accumulate, so only keyword-only partials."""
+    func = call.func
+    is_partial = (isinstance(func, ast.Name) and func.id == "partial") or \
+        (isinstance(func, ast.Attribute) and func.attr == "partial"
+         and isinstance(func.value, ast.Name) and func.value.id == "functools")
+    return is_partial and len(call.args) == 1 and bool(call.keywords) \
+        and all(k.arg is not None for k in call.keywords) \
+        and isinstance(call.args[0], ast.Attribute) and call.args[0].attr == "forward" \
+        and isinstance(call.args[0].value, ast.Name) and call.args[0].value.id == name
 
 
 def _holds_current(arg: ast.AST, names: set[str]) -> bool:

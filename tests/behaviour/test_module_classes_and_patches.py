@@ -179,3 +179,32 @@ def test_clamp_hook_registered_twice_gives_the_gradient_of_once():
 
     assert torch.equal(grads(1), grads(2))
     assert not torch.equal(grads(0), grads(1))  # the hook does change the gradient
+
+
+def test_keyword_partial_of_forward_per_parent_still_runs_forward_once():
+    """HKL315 stays quiet on `child.forward = partial(child.forward, key=value)` in a children walk
+    (mmrazor's DifferentiableMutator): a shared module reached twice gets a partial of a partial, which
+    functools flattens, the second keyword replacing the first, so each call still runs forward once."""
+    from functools import partial
+
+    from hooklint.rules.hook_per_parent_on_shared_module import HookPerParentOnSharedModule
+
+    source = next(v for v in HookPerParentOnSharedModule.VALID if "partial(child.forward" in v)
+    from conftest import lint
+
+    assert not lint(source, "HKL315")
+    namespace: dict = {}
+    exec(source, namespace)  # noqa: S102 - the rule's own valid example
+    model, shared = _shared()
+    calls = []
+    original = shared.forward
+
+    def counting(x, arch_param=None):
+        calls.append(arch_param)
+        return original(x)
+
+    shared.forward = counting
+    namespace["set_defaults"](model, {"0": "p"})
+    assert isinstance(shared.forward, partial) and shared.forward.func is counting
+    shared(torch.ones(1, 2))
+    assert calls == ["p"]
