@@ -262,8 +262,11 @@ def _conjunction(branch: str) -> list[str] | None:
     return parts
 
 
-def _group_end(text: str) -> int | None:
-    """The index of the ``)`` closing the group ``text`` opens with."""
+def _structure(text: str):
+    """(index, character, group depth after it) of each ``(``, ``)`` and
+    ``|`` of a regex that is neither escaped nor inside a character class:
+    the skeleton both splitting a pattern into branches and finding a
+    group's end read."""
     depth, i, in_class = 0, 0, False
     while i < len(text):
         c = text[i]
@@ -276,14 +279,15 @@ def _group_end(text: str) -> int | None:
             in_class = True
             if text.startswith("[^]", i) or text.startswith("[]", i):
                 i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
+        elif c in "()|":
+            depth += (c == "(") - (c == ")")
+            yield i, c, depth
         i += 1
-    return None
+
+
+def _group_end(text: str) -> int | None:
+    """The index of the ``)`` closing the group ``text`` opens with."""
+    return next((i for i, c, depth in _structure(text) if c == ")" and depth == 0), None)
 
 
 @lru_cache(maxsize=1024)
@@ -458,26 +462,11 @@ def _branches(pattern: str) -> _Branches:
     body = pattern[len(flags):]
     if "(?P=" in body or re.search(r"\(\?[aiLmsux-]", body):
         return _Branches.of([_scan(body, flags)])
-    parts, depth, start, i, in_class = [], 0, 0, 0, False
-    while i < len(body):
-        c = body[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]" or body[i - 1] == "["
-        elif c == "[":
-            in_class = True
-            if body.startswith("[^]", i) or body.startswith("[]", i):
-                i += 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
+    parts, start = [], 0
+    for i, c, depth in _structure(body):
+        if c == "|" and depth == 0:
             parts.append(body[start:i])
             start = i + 1
-        i += 1
     parts.append(body[start:])
     groups_before = 0
     for part in parts:
