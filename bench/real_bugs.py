@@ -131,6 +131,24 @@ CLASSES: dict[str, str] = {
     "hook-backward-on-tensor-without-grad": "hook or backward attached to a tensor that needs no grad",
     "hook-reads-owner-state-clobbered": "hook reads owner state that something else overwrote",
     "hooks-copied-on-model-rewrite": "hooks copied (or not) when a model is rewritten",
+    # Named by the seventh round's finders (2026-11-28), described from the names alone.
+    "capture-hook-lets-module-run": "capturing hook lets the module run on when it should stop it",
+    "forward-patch-reapplied": "forward monkeypatch applied again over an earlier patch",
+    "function-autocast-inputs-not-cast": "custom Function under autocast gets inputs not cast",
+    "function-backward-assumes-grad-tensor": "custom backward assumes every incoming gradient is a tensor",
+    "function-backward-missing-collective": "custom backward omits a collective its forward pairs with",
+    "function-backward-mutates-grad-output": "custom backward mutates its incoming gradient in place",
+    "function-backward-wrong-formula": "custom backward computes the wrong gradient",
+    "function-ctx-attribute-unset": "custom backward reads a ctx attribute forward did not set",
+    "function-ctx-stores-input-tensors": "custom Function keeps input tensors on ctx",
+    "function-forward-mutates-input": "custom Function forward mutates its input in place",
+    "hook-assumes-batch-leading-dim": "hook assumes the batch is the leading dimension",
+    "hook-based-reparam-blocks-deepcopy": "hook-based reparametrization breaks deepcopy",
+    "hook-captured-layout-assumed": "hook assumes the layout of what it captured",
+    "hook-guard-ignores-training-mode": "hook guard ignores train / eval mode",
+    "hook-loses-call-site-context": "hook loses context from the call site",
+    "kwargs-hidden-from-hooks": "keyword arguments hidden from hooks",
+    "offload-hook-overrides-module-weights": "offload hook overrides the module's weights",
 }
 
 # Codes the data file may name that hooklint does not ship yet (issue 10).
