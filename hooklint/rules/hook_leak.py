@@ -299,6 +299,21 @@ class HookLeak(Rule):
         "        for part in self.backbone.modules():\n"
         "            if hasattr(part, 'install'):\n"
         "                part.install(config)\n",
+        # __init__ and __setstate__ both hook the parameters, but an object runs only one of them (a deepcopy
+        # or an unpickled copy runs __setstate__ instead of __init__, and carries no tensor hooks over)
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class HalvedGrads(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.weight = nn.Parameter(torch.ones(3))\n"
+        "        self._hook()\n"
+        "    def __setstate__(self, state):\n"
+        "        super().__setstate__(state)\n"
+        "        self._hook()\n"
+        "    def _hook(self):\n"
+        "        for p in self.parameters():\n"
+        "            p.register_hook(lambda g: g * 0.5)\n",
         # a one-shot hook object: its __call__ deletes its own entry, so registrations do not stack
         "class AddBatchDim:\n"
         "    def __call__(self, mod, args):\n"

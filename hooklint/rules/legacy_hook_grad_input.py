@@ -204,6 +204,23 @@ class LegacyHookGradInput(Rule):
         "        self.handle = layer.register_backward_hook(self.on_grad)\n"
         "    def on_grad(self, module, grad_input, grad_output):\n"
         "        self.callback(module, [g.cpu() for g in grad_input], grad_output)\n",
+        # one helper shared by the forward and backward hooks reads its input argument only when
+        # called for the forward (fairseq's NanDetector): the backward call's constant rules that branch out
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class Detector:\n"
+        "    def __init__(self, model):\n"
+        "        self.handles = [m.register_backward_hook(self.bhook) for m in model.modules()]\n"
+        "    def _scan(self, module, inp, out, backward):\n"
+        "        if isinstance(inp, tuple) and len(inp) > 0:\n"
+        "            inp = inp[0]\n"
+        "        if torch.is_tensor(out) and torch.isnan(out).any():\n"
+        "            msg = 'nan'\n"
+        "            if torch.is_tensor(inp) and not backward:\n"
+        "                msg += f' input max {inp.max().item()}'\n"
+        "            print(msg)\n"
+        "    def bhook(self, module, grad_input, grad_output):\n"
+        "        self._scan(module, grad_input, grad_output[0], backward=True)\n",
         # the module's input gradient is set at the input itself: a forward hook puts a tensor hook on
         # the input that returns the recomputed gradient (captum's DeepLift), whatever op the legacy hook binds to
         "saved = {}\n"

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ast
 
 from hooklint.static.bodies import name_uses
-from hooklint.static.semantic import SemanticModel, is_staticmethod, positional_params
+from hooklint.static.semantic import FunctionNode as FUNCTION_NODES, SemanticModel, is_staticmethod, positional_params
 
 _KEEPING_CALLS = frozenset({"builtins.tuple", "builtins.list"})
 _TYPE_TESTS = frozenset({"builtins.isinstance", "builtins.type"})
@@ -128,7 +128,138 @@ def _handed_on(model: SemanticModel, hook: ast.AST, use: ast.Name, names: set[st
         parent = _parent(parent)
     if not (isinstance(parent, ast.Call) and (expr in parent.args or any(k.value is expr for k in parent.keywords))):
         return False
-    return _callee_chosen_by_caller(model, parent.func)
+    return _callee_chosen_by_caller(model, parent.func) or _unused_by_own_helper(model, parent, expr)
+
+
+def _own_callee(model: SemanticModel, call: ast.Call) -> tuple[ast.AST, int] | None:
+    """The function of this file ``call`` runs, with the number of its leading
+    parameters the call does not fill (1 for ``self.helper(...)``): a method
+    of the caller's class, or a module-level function."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and is_self(model, func.value):
+        cls = model.enclosing_class(call)
+        method = cls.method(func.attr) if cls is not None else None
+        if method is None or is_staticmethod(method) or any(
+                isinstance(d, ast.Name) and d.id == "classmethod" for d in method.decorator_list):
+            return None
+        return method, 1
+    if isinstance(func, ast.Name):
+        bindings = model.bindings_at(func)
+        if len(bindings) == 1 and bindings[0].kind == "def" and isinstance(bindings[0].node, FUNCTION_NODES) \
+                and isinstance(_parent(bindings[0].node), ast.Module):
+            return bindings[0].node, 0
+    return None
+
+
+def _call_arguments(call: ast.Call, func: ast.AST, skip: int) -> dict[str, ast.expr] | None:
+    """Parameter name -> argument expression of ``call`` to ``func`` (None
+    when a starred argument or ``**kwargs`` hides the mapping)."""
+    params = positional_params(func)[skip:]
+    kwonly = [a.arg for a in func.args.kwonlyargs]  # type: ignore[attr-defined]
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords) \
+            or len(call.args) > len(params):
+        return None
+    mapping = dict(zip(params, call.args))
+    for k in call.keywords:
+        if k.arg not in params and k.arg not in kwonly:
+            return None
+        mapping[k.arg] = k.value  # type: ignore[index]
+    return mapping
+
+
+def _unused_by_own_helper(model: SemanticModel, call: ast.Call, expr: ast.expr) -> bool:
+    """The hook hands the value to a helper of its own file that never uses
+    it: every read in the helper only tests its type or length, re-binds the
+    name to an element of itself, passes it to the helper again, or sits in a
+    branch the call's constant arguments rule out.  fairseq's NanDetector
+    shares one ``_apply(module, inp, x, backward)`` between its forward and
+    backward hooks and reads ``inp`` only ``if ... and not backward``."""
+    callee = _own_callee(model, call)
+    if callee is None:
+        return False
+    func, skip = callee
+    mapping = _call_arguments(call, func, skip)
+    if mapping is None:
+        return False
+    param = next((name for name, arg in mapping.items() if arg is expr), None)
+    if param is None:
+        return False
+    stored = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    consts = {name: arg.value for name, arg in mapping.items()
+              if isinstance(arg, ast.Constant) and name not in stored}
+    for read in name_uses(func, param):
+        if _is_type_test(model, read) or _is_size_test(model, read) or _rebinds_element(read, param) \
+                or _dead_under(func, read, consts) or _recurses(model, func, read, param, consts):
+            continue
+        return False
+    return True
+
+
+_STRUCTURE_TESTS = frozenset({"builtins.len", "torch.is_tensor", "torch.is_floating_point"})
+
+
+def _is_size_test(model: SemanticModel, use: ast.Name) -> bool:
+    """``len(x)``, ``torch.is_tensor(x)``: what x is, not what it holds."""
+    call = _parent(use)
+    return isinstance(call, ast.Call) and call.args == [use] and not call.keywords \
+        and model.qualify(call.func) in _STRUCTURE_TESTS
+
+
+def _rebinds_element(use: ast.Name, name: str) -> bool:
+    """``x = x[0]``: the later reads of ``x`` are checked in their turn."""
+    sub = _parent(use)
+    if not (isinstance(sub, ast.Subscript) and sub.value is use and isinstance(sub.slice, ast.Constant)):
+        return False
+    assign = _parent(sub)
+    return isinstance(assign, ast.Assign) and assign.value is sub and len(assign.targets) == 1 \
+        and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id == name
+
+
+def _truth(test: ast.expr, consts: dict[str, object]) -> bool | None:
+    """The value of a branch test given constant parameters, or None."""
+    if isinstance(test, ast.Name) and test.id in consts:
+        return bool(consts[test.id])
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _truth(test.operand, consts)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        values = [_truth(v, consts) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in values else (True if all(v is True for v in values) else None)
+        return True if True in values else (False if all(v is False for v in values) else None)
+    return None
+
+
+def _dead_under(func: ast.AST, use: ast.Name, consts: dict[str, object]) -> bool:
+    """Does ``use`` sit in a branch that the constant parameters rule out?"""
+    if not consts:
+        return False
+    child: ast.AST = use
+    node = _parent(use)
+    while node is not None and node is not func:
+        if isinstance(node, (ast.If, ast.IfExp)) and child is not node.test:
+            truth = _truth(node.test, consts)
+            in_body = child in node.body if isinstance(node, ast.If) else child is node.body
+            if truth is not None and truth != in_body:
+                return True
+        child, node = node, _parent(node)
+    return False
+
+
+def _recurses(model: SemanticModel, func: ast.AST, use: ast.Name, param: str, consts: dict[str, object]) -> bool:
+    """The helper hands the value to itself again, in the same parameter,
+    with its constant parameters passed on unchanged."""
+    call = _parent(use)
+    if not isinstance(call, ast.Call):
+        return False
+    callee = _own_callee(model, call)
+    if callee is None or callee[0] is not func:
+        return False
+    mapping = _call_arguments(call, func, callee[1])
+    if mapping is None or mapping.get(param) is not use:
+        return False
+    return all(isinstance(mapping.get(name), ast.Name) and mapping[name].id == name  # type: ignore[union-attr]
+               for name in consts)
 
 
 def _assigned_name(expr: ast.expr) -> ast.Name | None:

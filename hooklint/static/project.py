@@ -675,7 +675,7 @@ class ProjectIndex:
             groups.setdefault((summary["path"], key if needed else None), []).append((summary, site))
         out = []
         for (path, _key), group in groups.items():
-            if len(group) >= 2:
+            if _runs_per_object(group) >= 2:
                 lines = tuple(sorted(site[3] for _s, site in group))
                 first = group[0][1]
                 out.append(Reason("repeat", path, lines[0], lines,
@@ -1099,3 +1099,25 @@ def _namespace_subpackage(path: str, alias: str) -> bool:
             return True
         folder = os.path.dirname(folder)
     return False
+
+
+# Methods of which one object runs only one: a fresh object runs __init__, a
+# copy or an unpickled one runs __setstate__ instead (its __init__ never runs).
+_ALTERNATIVE_INITS = ("__init__", "__setstate__")
+
+
+def _runs_per_object(group: list[tuple[dict[str, Any], list[Any]]]) -> int:
+    """How many of the group's calls can run on one object: calls from
+    ``__init__`` and from ``__setstate__`` are alternatives, so only the
+    larger of the two counts (fairseq's LegacyDistributedDataParallel
+    registers its gradient hooks from both)."""
+    per_init = {name: 0 for name in _ALTERNATIVE_INITS}
+    others = 0
+    for _summary, site in group:
+        method = str(site[2]).rsplit(".", 1)[-1]
+        if method in per_init and "." in str(site[2]):
+            per_init[method] += 1
+        else:
+            others += 1
+    return others + max(per_init.values())
+

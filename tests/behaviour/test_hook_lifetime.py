@@ -352,3 +352,53 @@ def test_once_guard_registers_a_single_hook():
     namespace = _run(HookLeak.VALID[3])
     probe = namespace["p"]
     assert len(probe.model._forward_hooks) == 1
+
+
+class _HalvedGrads(nn.Module):
+    """Hooks its parameters from __init__ and from __setstate__ (fairseq 0.9's shape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+        self._hook()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._hook()
+
+    def _hook(self):
+        for p in self.parameters():
+            p.register_hook(_halve)
+
+
+def _halve(grad):
+    return grad * 0.5
+
+
+def test_hooks_from_init_and_setstate_do_not_stack_but_a_second_call_does():
+    """HKL304's alternative initialisers (fairseq 0.9): __init__ and
+    __setstate__ each hook the parameters, but a deepcopy or a pickle round
+    trip runs only __setstate__ and carries no tensor hook over, so every
+    object has one hook per parameter; calling the helper again on one object
+    (a reset) stacks a second."""
+    import copy
+    import io
+
+    def grad_of(module):
+        module.weight.grad = None
+        module.weight.sum().backward()
+        return module.weight.grad.tolist()
+
+    original = _HalvedGrads()
+    assert grad_of(original) == [0.5, 0.5, 0.5]
+    assert grad_of(copy.deepcopy(original)) == [0.5, 0.5, 0.5]
+    buffer = io.BytesIO()
+    torch.save(original, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert grad_of(loaded) == [0.5, 0.5, 0.5]
+    original._hook()  # a second registration on the same object
+    assert grad_of(original) == [0.25, 0.25, 0.25]
+    valid = next(v for v in HookLeak.VALID if "__setstate__" in v)
+    assert not lint(valid, "HKL304")
+    assert lint(valid.replace("def __setstate__(self, state)", "def reset(self, state)"), "HKL304")

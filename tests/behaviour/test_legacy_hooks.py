@@ -175,3 +175,40 @@ def test_tensor_hook_returning_nothing_leaves_the_input_gradient_alone():
     layer(x).sum().backward()
     # the legacy hook halved the gradient at the `* 3` node: the input gets half its true gradient
     assert torch.allclose(x.grad, 1.5 * (1 - torch.tanh(x.detach()) ** 2))
+
+
+def test_shared_helper_never_reads_grad_input_when_told_it_runs_backward():
+    """fairseq's NanDetector shape (HKL102 valid example): the legacy hook hands
+    grad_input to a helper that reads it only for the forward.  The last op's
+    grad_input differs from the module's input gradient, yet what the hook
+    reports is the same as with a full backward hook: the value is never used."""
+    seen: dict[str, list[str]] = {"legacy": [], "full": []}
+    grad_inputs: dict[str, tuple] = {}
+
+    def scan(log, inp, out, backward):
+        if isinstance(inp, tuple) and len(inp) > 0:
+            inp = inp[0]
+        if torch.is_tensor(out) and not torch.isfinite(out).all():
+            msg = "nan"
+            if torch.is_tensor(inp) and not backward:
+                msg += f" input max {inp.max().item()}"
+            log.append(msg)
+
+    def run(kind):
+        net = MyNet()
+        register = net.register_backward_hook if kind == "legacy" else net.register_full_backward_hook
+
+        def hook(module, grad_input, grad_output):
+            grad_inputs[kind] = grad_input
+            scan(seen[kind], grad_input, grad_output[0], backward=True)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            register(hook)
+        x = torch.ones(2, 4, requires_grad=True)
+        net(x).sum().mul(float("nan")).backward()
+
+    run("legacy")
+    run("full")
+    assert grad_inputs["legacy"][0].shape != grad_inputs["full"][0].shape  # the legacy value is the last op's
+    assert seen["legacy"] == seen["full"] == ["nan"]
