@@ -113,6 +113,7 @@ _RULE_MODULES = (
     "hooklint.rules.hook_accumulates_autograd_graph",
     "hooklint.rules.forward_needs_grad_mode",
     "hooklint.rules.tensor_hook_reads_per_call_state",
+    "hooklint.rules.hook_uses_placeholder_it_replaces",
 )
 
 
