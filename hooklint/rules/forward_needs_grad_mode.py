@@ -34,7 +34,9 @@ class ForwardNeedsGradMode(Rule):
     A module that is never run under `no_grad` (its documentation forbids
     it) is reported too; the severity is *warning*.  Tensors made leaves
     that require grad (`requires_grad_()`, an `nn.Parameter`), the
-    forward's own arguments and attributes of `self` are left alone.
+    forward's own arguments and attributes of `self` are left alone, and so
+    is a call under an `if` on a flag of the caller's (a parameter of the
+    method, an attribute of the object: `if register_hook:`).
 
     ## Example
     ```python
@@ -145,6 +147,19 @@ class ForwardNeedsGradMode(Rule):
         "            y.register_hook(print)\n"
         "        self.later = later\n"
         "        return y\n",
+        # the caller opts in with a flag (ALBEF / BLIP's `register_hook=False`, a stashing switch)
+        "import torch.nn as nn\n"
+        "class Attention(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.proj = nn.Linear(4, 4)\n"
+        "    def save(self, grad):\n"
+        "        self.grad = grad\n"
+        "    def forward(self, x, register_hook=False):\n"
+        "        attn = self.proj(x).softmax(-1)\n"
+        "        if register_hook:\n"
+        "            attn.register_hook(self.save)\n"
+        "        return attn\n",
         # not a module
         "class Trainer:\n"
         "    def forward(self, batch):\n"

@@ -33,6 +33,10 @@ class HookAccumulatesAutogradGraph(Rule):
     a second time`, since those graphs' saved tensors were freed.
 
     ## Known problems
+    A hook whose handles the registering code removes after running the
+    model, or returns to its caller, collects over one bounded pass (a
+    calibration, run under `torch.no_grad()` by convention) and is not
+    reported; one left registered for the collector's lifetime is.
     A total that is meant to be differentiated within one step and is reset
     after each backward (a regulariser summed over layers) keeps only one
     step's graph; the rule reports a total only when the hook also counts
@@ -132,6 +136,34 @@ class HookAccumulatesAutogradGraph(Rule):
         "    def pop(self):\n"
         "        loss, self.loss = self.loss, 0\n"
         "        return loss\n",
+        # a calibration pass: the hooks come off after it (peft's CorDA covariance, auto-round's imatrix)
+        "def calibrate(model, batches):\n"
+        "    def hook(module, inputs, output):\n"
+        "        x = inputs[0].flatten(0, -2)\n"
+        "        module.cov = module.cov + x.t() @ x\n"
+        "        module.samples += x.shape[0]\n"
+        "    handles = []\n"
+        "    for m in model.modules():\n"
+        "        m.cov, m.samples = 0, 0\n"
+        "        handles.append(m.register_forward_hook(hook))\n"
+        "    for batch in batches:\n"
+        "        model(batch)\n"
+        "    for h in handles:\n"
+        "        h.remove()\n",
+        # the handles go back to the caller, who scopes the pass
+        "def imatrix_hooks(model):\n"
+        "    def hook(module, inputs, output):\n"
+        "        x = inputs[0]\n"
+        "        module.imatrix += x.pow(2).sum(0)\n"
+        "        module.count += x.shape[0]\n"
+        "    return [m.register_forward_hook(hook) for m in model.modules()]\n",
+        # the argument rebound to a detached copy
+        "import torch.nn as nn\n"
+        "def hook(module, inputs, output):\n"
+        "    inputs = inputs[0].detach()\n"
+        "    module.total += inputs.sum()\n"
+        "    module.calls += 1\n"
+        "nn.Linear(2, 2).register_forward_hook(hook)\n",
         # a local total, gone when the hook returns
         "import torch.nn as nn\n"
         "def hook(module, inputs, output):\n"

@@ -18,7 +18,9 @@ module is evaluated under ``no_grad``.  A tensor made a leaf that requires grad
 (``requires_grad_()``, ``requires_grad=True``, an ``nn.Parameter``), a parameter
 of the function (the caller's tensor) and an attribute of ``self`` are not
 "computed": their flag does not depend on the grad mode in the same way, so
-they are left alone.
+they are left alone, and so is a call under an ``if`` on a flag of the caller's
+(a parameter, an attribute of the object: ``if register_hook:``), which the
+caller sets when it wants the hook.
 """
 
 from __future__ import annotations
@@ -152,9 +154,27 @@ def _needs_in(ctx: "FileContext", func: FunctionNode, methods: frozenset[str]) -
                 continue
             what = f"runs `{qual}` on `{', '.join(names)}`"
             failure = "element 0 of tensors does not require grad and does not have a grad_fn"
-        if ctx.core.can_run(node):
+        if ctx.core.can_run(node) and not _opted_in(node, func):
             out.append((node, what, failure))
     return out
+
+
+def _opted_in(node: ast.AST, func: FunctionNode) -> bool:
+    """Under an `if` testing a flag of the caller's (a parameter of the function, an attribute of the object):
+    `if register_hook: attn.register_hook(...)`, `if self._stash_activations: ...`: the caller asks for the hook
+    or the backward, and chooses when."""
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}
+    self_name = func.args.args[0].arg if func.args.args else None
+    current = getattr(node, "_hl_parent", None)
+    while current is not None and current is not func:
+        if isinstance(current, (ast.If, ast.IfExp, ast.While)):
+            for sub in ast.walk(current.test):
+                if isinstance(sub, ast.Name) and sub.id in params and sub.id != self_name:
+                    return True
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == self_name:
+                    return True
+        current = getattr(current, "_hl_parent", None)
+    return False
 
 
 def _computed_locals(func: FunctionNode, methods: frozenset[str]) -> set[str]:

@@ -23,6 +23,13 @@ Values stop carrying the graph through ``.detach()``, ``.item()``,
 (``float()``, ``len()``) and functions that are not torch's; a hook body
 under ``torch.no_grad()`` / ``inference_mode`` (or a hook decorated with
 them) carries none.
+
+A statistic collected over one bounded pass (the registering code removes
+the handles after running the model, or returns them to its caller) is a
+calibration, run under ``no_grad`` by convention (auto-round's and peft's
+covariance hooks: the callers in other files decorate the pass with
+``torch.no_grad()``): only hooks that stay registered for the collector's
+lifetime (handle dropped, or kept on an object) are reported.
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ def graph_accumulations(ctx: "FileContext") -> list[GraphAccumulation]:
         if hook is None or not isinstance(hook.node, FunctionNode) or id(hook.node) in seen:
             continue
         seen.add(id(hook.node))
+        if not _stays_registered(ctx, hook.node):
+            continue
         sources = [p for p in (reg.param("input"), reg.param("output")) if p]
         if reg.with_kwargs:
             sources += [p for p in (reg.param("kwargs"),) if p]
@@ -75,6 +84,19 @@ def graph_accumulations(ctx: "FileContext") -> list[GraphAccumulation]:
             continue
         out += _accumulations_in(ctx, hook.node, set(sources))
     return out
+
+
+def _stays_registered(ctx: "FileContext", hook: FunctionNode) -> bool:
+    """Does some registration of the hook stay on its module beyond the call that makes it (handle dropped,
+    or kept on an object: the collector's lifetime, training included)?  Hooks whose handles the registering
+    code removes after a pass, or returns for its caller to remove, collect over one bounded pass, a
+    calibration that runs under `no_grad` by convention: left alone."""
+    fates = []
+    for reg in ctx.hooks.registrations:
+        if reg.hook is None or reg.hook.node is not hook or reg.kind not in (HookKind.FORWARD, HookKind.FORWARD_PRE):
+            continue
+        fates.append(ctx.core.fate(reg.call, ctx.model.enclosing_function(reg.call)))
+    return any(fate == "drop" or fate.startswith("at:") for fate in fates)
 
 
 def _decorated_no_grad(func: FunctionNode) -> bool:
@@ -135,13 +157,12 @@ def _accumulations_in(ctx: "FileContext", func: FunctionNode, sources: set[str])
                 for name in _target_names(target):
                     if origin is not None:
                         carriers[name] = origin
-                    elif name in carriers and name not in sources:
-                        carriers.pop(name)
+                    else:
+                        carriers.pop(name, None)  # `input = input[0].detach()` carries nothing from here on
         elif isinstance(stmt, ast.Assign) and no_grad:
             for target in stmt.targets:
                 for name in _target_names(target):
-                    if name not in sources:
-                        carriers.pop(name, None)
+                    carriers.pop(name, None)
         total, value = _accumulation(stmt)
         if total is None or value is None or not _outlives_call(total, local_names, sources):
             continue
