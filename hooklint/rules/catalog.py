@@ -657,7 +657,7 @@ RULES = (('HKL001', 'syntax-error', 'hooklint.rules.syntax_error', 'SyntaxErrorR
   'ForwardNeedsGradMode',
   True,
   ('static',),
-  ('register_hook', '.backward(', 'autograd.grad', 'autograd.backward', 'autograd import'),
+  ('register_hook', 'autograd.grad', 'autograd.backward', 'autograd import'),
   'def[ \\t]+forward\\(',
   True),
  ('HKL351',

@@ -36,7 +36,9 @@ class ForwardNeedsGradMode(Rule):
     that require grad (`requires_grad_()`, an `nn.Parameter`), the
     forward's own arguments and attributes of `self` are left alone, and so
     is a call under an `if` on a flag of the caller's (a parameter of the
-    method, an attribute of the object: `if register_hook:`).
+    method, an attribute of the object: `if register_hook:`).  A forward
+    that runs `backward()` is looked for only in files that also register a
+    tensor hook or use `torch.autograd` (the text prefilter).
 
     ## Example
     ```python
@@ -95,7 +97,10 @@ class ForwardNeedsGradMode(Rule):
     name = "forward-needs-grad-mode"
     summary = "A module's forward registers a tensor hook or runs backward, which raise under no_grad"
     severity = Severity.WARNING
-    triggers = ("register_hook", ".backward(", "autograd.grad", "autograd.backward", "autograd import")
+    # `.backward(` alone would admit every model file whose docstring shows a training step (37 more files of
+    # torch and the corpus parsed, the prefilter's budget): a forward's backward is looked for in files that
+    # also register a tensor hook or use torch.autograd, as gradient-caching losses do
+    triggers = ("register_hook", "autograd.grad", "autograd.backward", "autograd import")
     trigger_pattern = r"def[ \t]+forward\("
 
     VALID: ClassVar[tuple[str, ...]] = (
@@ -196,8 +201,10 @@ class ForwardNeedsGradMode(Rule):
             "        return [r.grad for r in reps]\n"
             "    def forward(self, reps, labels):\n"
             "        reps = [r.detach().requires_grad_() for r in reps]\n"
-            "        self.cache = self._cache(reps, labels)  # HKL350\n"
-            "        return reps\n"
+            "        cache = self._cache(reps, labels)  # HKL350\n"
+            "        loss = self.ce(self.scorer(reps), labels).detach().requires_grad_()\n"
+            "        loss.register_hook(lambda g: [r.backward(c * g) for r, c in zip(reps, cache)])\n"
+            "        return loss\n"
         ),
         # autograd.grad imported under another name
         Invalid(
