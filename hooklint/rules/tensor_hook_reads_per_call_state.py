@@ -29,8 +29,10 @@ class TensorHookReadsPerCallState(Rule):
     and produces wrong gradients, with no error.
 
     ## Known problems
-    A method that is always followed by its own backward before it runs
-    again never shows the problem; the severity is *warning*.  Attributes
+    A method that runs the backward itself after registering (`backward()`,
+    `torch.autograd.grad`) is not reported; one whose caller always runs
+    the backward before calling it again never shows the problem either,
+    and is reported: the severity is *warning*.  Attributes
     the method only sets to a literal (a flag) are not reported.
 
     ## Example
@@ -135,6 +137,18 @@ class TensorHookReadsPerCallState(Rule):
         "        self.mask = mask\n"
         "        w = layer.weight\n"
         "        w.register_hook(lambda g: g * self.mask)\n",
+        # the method runs the backward itself: the hook fires before the next call
+        "import torch\n"
+        "class Attribution:\n"
+        "    def __init__(self, model):\n"
+        "        self.model = model\n"
+        "    def _scale(self, grad):\n"
+        "        return grad * self.baseline\n"
+        "    def attribute(self, x, baseline):\n"
+        "        self.baseline = baseline\n"
+        "        out = self.model(x)\n"
+        "        out.register_hook(self._scale)\n"
+        "        return torch.autograd.grad(out.sum(), x)[0]\n",
         # a flag set to a literal is the same on every call
         "import torch.nn as nn\n"
         "class Tracer(nn.Module):\n"

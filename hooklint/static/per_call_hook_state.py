@@ -65,6 +65,8 @@ def per_call_state_reads(ctx: "FileContext") -> list[PerCallStateRead]:
         reads = _attribute_reads(hook_node, alias)
         if not reads:
             continue
+        if _runs_backward_after(ctx, method, reg.call):
+            continue  # the call runs its own backward: the hook fires before the next call can rebind anything
         written = _per_call_writes(cls, method, self_name)
         hit = [(name, node) for name, node in reads if name in written]
         if not hit or not ctx.core.can_run(reg.call):
@@ -73,6 +75,19 @@ def per_call_state_reads(ctx: "FileContext") -> list[PerCallStateRead]:
         writes = tuple(stmt for name in names for stmt in written[name][:1])
         out.append(PerCallStateRead(reg, method, cls, hook_node, names, hit[0][1], writes))
     return out
+
+
+def _runs_backward_after(ctx: "FileContext", method: FunctionNode, call: ast.Call) -> bool:
+    """`out.backward()` / `torch.autograd.grad(out, ...)` later in the method (captum's attribution methods):
+    the hook runs inside this call."""
+    for node in _own_nodes(method):
+        if not isinstance(node, ast.Call) or (node.lineno, node.col_offset) <= (call.lineno, call.col_offset):
+            continue
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "backward":
+            return True
+        if ctx.model.qualify(node.func) in ("torch.autograd.grad", "torch.autograd.backward"):
+            return True
+    return False
 
 
 def _tensor_of_the_call(receiver: ast.expr | None, method: FunctionNode) -> bool:
