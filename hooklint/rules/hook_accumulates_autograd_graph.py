@@ -17,8 +17,8 @@ class HookAccumulatesAutogradGraph(Rule):
     Reports a forward hook (or forward pre-hook) that adds a value computed
     from its `input` or `output` to a running total kept on state that
     outlives the call (`module.total = module.total + output.mean()`,
-    `self.stats[name] += x.sum()`), without `.detach()` or
-    `torch.no_grad()`, while the same hook counts the calls it sums over
+    `self.stats[name] += x.sum()`, `self.energy.add_(...)` on a buffer),
+    without `.detach()` or `torch.no_grad()`, while the same hook counts the calls it sums over
     (`module.n = module.n + 1`, `+= x.shape[0]`): a statistic meant to span
     many forwards.
 

@@ -2,7 +2,7 @@
 
 A forward hook's ``input`` and ``output`` carry the forward's autograd graph
 when gradients are enabled.  ``state.total = state.total + output.mean()``
-(or ``+=``) on state that outlives the call (an attribute of the hooked
+(or ``+=``, or ``state.total.add_(...)`` on a buffer) on state that outlives the call (an attribute of the hooked
 module, of the hook's owner, an entry of a dict the hook closes over) makes
 the new total a node whose inputs are the old total and this forward's
 graph: after N forwards the total reaches back through all N graphs, which
@@ -210,6 +210,11 @@ def _accumulation(stmt: ast.stmt) -> tuple[ast.expr | None, ast.expr | None]:
     """(total, added value) of `total += value` / `total = total + value` (either side), else (None, None)."""
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
         return stmt.target, stmt.value
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and stmt.value.func.attr == "add_" and len(stmt.value.args) == 1 \
+            and isinstance(stmt.value.func.value, (ast.Attribute, ast.Subscript)):
+        # `buffer.add_(value)`: in place, a total that did not require grad starts to, and chains every graph
+        return stmt.value.func.value, stmt.value.args[0]
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.BinOp) \
             and isinstance(stmt.value.op, ast.Add):
         target = stmt.targets[0]

@@ -54,9 +54,9 @@ def _model():
     return nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 2))
 
 
-def test_rule_reports_the_three_fixture_totals():
+def test_rule_reports_the_four_fixture_totals():
     rows = sorted(f.location.row for f in lint(FIXTURE.read_text(encoding="utf-8"), HookAccumulatesAutogradGraph.code))
-    assert rows == [16, 47, 69]
+    assert rows == [16, 47, 69, 123]
 
 
 def test_running_total_keeps_every_steps_graph():
@@ -96,6 +96,18 @@ def test_ops_counter_and_collector_spellings_keep_graphs_too():
     assert _graph_nodes(stats["0"]["ops"]) == 0
     assert _graph_nodes(collector.energy) > one[1]
     assert stats["2"]["samples"] == 16
+
+
+def test_in_place_add_on_a_buffer_chains_the_graphs_too():
+    ns = _namespace()
+    model = _model()
+    meter = ns["ChannelEnergy"](model[0])
+    assert not meter.energy.requires_grad
+    _train(model, 1)
+    one = _graph_nodes(meter.energy)
+    _train(model, 3)
+    assert meter.energy.requires_grad and _graph_nodes(meter.energy) > one > 0
+    assert int(meter.batches) == 4
 
 
 def test_fixed_twins_keep_one_graph_or_none():
