@@ -110,6 +110,10 @@ _RULE_MODULES = (
     "hooklint.rules.backward_calls_undefined_name",
     "hooklint.rules.hook_reads_tuple_output_as_tensor",
     "hooklint.rules.hook_squeezes_batch_axis",
+    "hooklint.rules.hook_accumulates_autograd_graph",
+    "hooklint.rules.forward_needs_grad_mode",
+    "hooklint.rules.tensor_hook_reads_per_call_state",
+    "hooklint.rules.hook_uses_placeholder_it_replaces",
 )
 
 
