@@ -46,6 +46,7 @@ from hooklint.static.flow import (
 )
 from hooklint.static.semantic import (
     ClassInfo,
+    class_base_expr,
     FunctionNode,
     SemanticModel,
     is_classmethod,
@@ -909,7 +910,7 @@ class Summarizer:
             local = local_qualname(info.node)
             if local is None:
                 continue
-            classes[local] = [self.absolute(base) for base in info.node.bases]
+            classes[local] = [self.absolute(class_base_expr(base)) for base in info.node.bases]
         imports: dict[str, str] = {}
         for name, bindings in self.model.module_scope.bindings.items():
             b = bindings[-1]
