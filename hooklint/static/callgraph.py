@@ -311,7 +311,7 @@ class Dependence:
     parameter ``model`` depends on ``model``.
     """
 
-    MAX_DEPTH = 8
+    MAX_DEPTH = 12
 
     def __init__(self, model: SemanticModel, units: UnitFacts | None = None):
         self.model = model
@@ -353,6 +353,11 @@ class Dependence:
                            self.of(expr.slice, unit, depth + 1, self_free)))
         if isinstance(expr, (ast.Tuple, ast.List)):
             return _union(self.of(e, unit, depth + 1, self_free) for e in expr.elts)
+        if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            # `[p for p in group["params"] if ...]`: its elements, followed to the loops that bind them
+            return self.of(expr.elt, unit, depth + 1, self_free)
+        if isinstance(expr, ast.Call) and is_empty_container(expr):
+            return EMPTY  # `defaultdict(list)` as `dict()`: what it holds is followed where it is filled
         if isinstance(expr, ast.Call):
             func = expr.func
             args = list(expr.args) + [k.value for k in expr.keywords]

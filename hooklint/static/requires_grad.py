@@ -250,6 +250,11 @@ def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool
                 and node.value.id == "self"
     elif isinstance(holder, ast.Name) and hasattr(holder, "_hl_scope"):
         bindings = model.bindings_at(holder)
+        if len(bindings) == 1 and bindings[0].kind == "for" and not bindings[0].path \
+                and isinstance(bindings[0].value, ast.AST):
+            # `for bucket in self.buckets: for p in bucket`: each item is a collection put in the container
+            outer = _contents(model, bindings[0].value)
+            return None if outer is None else [(value, True) for value, many in outer if not many]
         if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path \
                 or not isinstance(bindings[0].value, ast.AST):
             return None
