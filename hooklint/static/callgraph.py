@@ -318,6 +318,15 @@ class Dependence:
         self.units = units or UnitFacts(model)
         self._active: set[int] = set()  # bindings being followed (`a = a.child` in a loop)
         self._returns: dict[int, frozenset[str] | None] = {}
+        self._fills: dict[tuple[int, str, str], list[ast.AST]] = {}
+
+    def fills(self, owner: ast.AST | None, name: str, unit: ast.AST, before: int | None) -> list[ast.AST]:
+        """:func:`container_fills`, walked once per unit and container."""
+        key = (id(unit), owner.id if isinstance(owner, ast.Name) else "", name)
+        found = self._fills.get(key)
+        if found is None:
+            found = self._fills[key] = container_fills(owner, name, unit, None)
+        return found if before is None else [v for v in found if _fill_line(v) < before]
 
     def of(self, expr: ast.AST, unit: ast.AST, depth: int = 0, self_free: bool = False) -> frozenset[str] | None:
         """``self_free``: the method's ``self`` counts as the same object
@@ -342,7 +351,7 @@ class Dependence:
                 if found is not None and len(values) == 1 and is_empty_container(values[0]):
                     # `self.groups = dict()`, then `self.groups[i] = params`: what it holds
                     found = _union([found] + [self.of(v, unit, depth + 1, self_free)
-                                              for v in container_fills(expr.value, expr.attr, unit, expr.lineno)])
+                                              for v in self.fills(expr.value, expr.attr, unit, expr.lineno)])
                 return found
             if not self_free and isinstance(expr.value, ast.Name) and self._is_own_self(expr.value, unit):
                 derived = self._derived_attribute(expr, unit, depth)
@@ -448,7 +457,7 @@ class Dependence:
                     and binding.scope.node is unit:
                 # `params = []`, then `params.append(p)` in the loop: the list holds what is put in it
                 found = _union([found] + [self.of(v, unit, depth + 1, self_free)
-                                          for v in container_fills(None, binding.name, unit, None)])
+                                          for v in self.fills(None, binding.name, unit, None)])
             return found
         finally:
             self._active.discard(id(binding))
@@ -706,6 +715,14 @@ def container_fills(owner: ast.AST | None, name: str, unit: ast.AST, before: int
                 and node.func.attr in _FILLING_METHODS and same(node.func.value):
             out += [a for a in node.args if not isinstance(a, ast.Starred)] + [k.value for k in node.keywords]
     return out
+
+
+def _fill_line(value: ast.AST) -> int:
+    """The line of the statement that put ``value`` in its container."""
+    cur: ast.AST | None = value
+    while cur is not None and not isinstance(cur, ast.stmt):
+        cur = getattr(cur, "_hl_parent", None)
+    return getattr(cur if cur is not None else value, "lineno", 0)
 
 
 def is_self_param(model: SemanticModel, arg: ast.arg) -> bool:
@@ -1337,7 +1354,7 @@ class Summarizer:
                 values = [parent.value]
                 if is_empty_container(parent.value):
                     # `self.groups = dict()`, filled before the call: it holds what was put in it
-                    values += container_fills(nodes[0].value, attr, func, line)
+                    values += self.dependence.fills(nodes[0].value, attr, func, line)
                 out[attr] = _fact(_union(self.dependence.of(value, func) for value in values))
             else:
                 out[attr] = None

@@ -192,10 +192,11 @@ def _local_annotation(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
     the annotation declares the variable for the whole scope (PEP 526), so
     every other binding of it (``x = y`` in another branch) is a ``T`` too.
     None when the scope annotates it twice, differently, or not as a class."""
+    model = ctx.model  # built first: it marks the nodes with their scopes
     if not hasattr(name, "_hl_scope"):
         return None
     found: dict[str, ast.AST] = {}
-    for binding in ctx.model.lookup(name.id, name._hl_scope):  # type: ignore[attr-defined]
+    for binding in model.lookup(name.id, name._hl_scope):  # type: ignore[attr-defined]
         stmt = binding.node
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name.id:
             if not isinstance(stmt.annotation, (ast.Name, ast.Attribute)):
