@@ -311,7 +311,7 @@ class Dependence:
     parameter ``model`` depends on ``model``.
     """
 
-    MAX_DEPTH = 12
+    MAX_DEPTH = 10
 
     def __init__(self, model: SemanticModel, units: UnitFacts | None = None):
         self.model = model
