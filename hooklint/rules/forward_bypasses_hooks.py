@@ -53,7 +53,10 @@ class ForwardBypassesHooks(Rule):
     A parameter annotated with a module class of another file of the
     project (`attention: Attention`), an attribute set from one, or built
     with its constructor, is a module: the project's files say whether the
-    class derives from `nn.Module`.
+    class derives from `nn.Module` (through a parametrized generic base too,
+    `class Endomorph(Operator[Tensor, Tensor])`).  So is a local declared by
+    an annotation (`f_sum: SeparableSum = ...` on one branch, `f_sum = f` on
+    the other), read where it is bound or from a lambda or nested function.
 
     The receiver is followed to what it is: a layer the class builds, a
     constructor argument the class calls (`self.module.forward(x)` in a

@@ -843,7 +843,7 @@ class _LeakAnalysis:
         from hooklint.static.requires_grad import caller_layer_parameter, caller_parameter
 
         model, inference = self.ctx.model, self.ctx.inference
-        return reg.receiver is not None and (caller_parameter(model, inference, reg.receiver) is not None
+        return reg.receiver is not None and (caller_parameter(model, inference, reg.receiver, filtered=True) is not None
                                              or caller_layer_parameter(model, inference, reg.receiver) is not None)
 
     def _looked_up(self, reg: Registration, unit: ast.AST) -> frozenset[str] | None:

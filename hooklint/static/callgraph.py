@@ -46,6 +46,7 @@ from hooklint.static.flow import (
 )
 from hooklint.static.semantic import (
     ClassInfo,
+    class_base_expr,
     FunctionNode,
     SemanticModel,
     is_classmethod,
@@ -69,9 +70,10 @@ RETURNS_SELF = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "double
                           "requires_grad_", "type", "share_memory"})
 # A method's own object, and its attributes, in dependence sets.
 SELF = "self"
-# Builtins whose result holds the same objects as their arguments.
+# Builtins whose result holds the same objects as their arguments, or is a pure function of them
+# (`range(self.num_groups)`, `len(groups)`: the same indices when the arguments are the same).
 _PASS_THROUGH_BUILTINS = frozenset({"getattr", "enumerate", "list", "tuple", "reversed", "sorted", "zip", "iter",
-                                    "dict"})
+                                    "dict", "range", "len"})
 # Callees that are never part of a user's call graph.
 _FOREIGN_ROOTS = frozenset({
     "torch", "builtins", "numpy", "typing", "math", "os", "sys", "re", "json", "logging", "warnings",
@@ -309,13 +311,22 @@ class Dependence:
     parameter ``model`` depends on ``model``.
     """
 
-    MAX_DEPTH = 8
+    MAX_DEPTH = 10
 
     def __init__(self, model: SemanticModel, units: UnitFacts | None = None):
         self.model = model
         self.units = units or UnitFacts(model)
         self._active: set[int] = set()  # bindings being followed (`a = a.child` in a loop)
         self._returns: dict[int, frozenset[str] | None] = {}
+        self._fills: dict[tuple[int, str, str], list[ast.AST]] = {}
+
+    def fills(self, owner: ast.AST | None, name: str, unit: ast.AST, before: int | None) -> list[ast.AST]:
+        """:func:`container_fills`, walked once per unit and container."""
+        key = (id(unit), owner.id if isinstance(owner, ast.Name) else "", name)
+        found = self._fills.get(key)
+        if found is None:
+            found = self._fills[key] = container_fills(owner, name, unit, None)
+        return found if before is None else [v for v in found if _fill_line(v) < before]
 
     def of(self, expr: ast.AST, unit: ast.AST, depth: int = 0, self_free: bool = False) -> frozenset[str] | None:
         """``self_free``: the method's ``self`` counts as the same object
@@ -336,15 +347,26 @@ class Dependence:
                 if self_free and len(values) > 1:
                     # a hook made in each branch (`self.hook = Saver()` or `DetachingSaver()`): what it does
                     return _union(self.behaviour(value, unit, depth + 1) for value in values)
-                return _union(self.of(value, unit, depth + 1, self_free) for value in values)
+                found = _union(self.of(value, unit, depth + 1, self_free) for value in values)
+                if found is not None and len(values) == 1 and is_empty_container(values[0]):
+                    # `self.groups = dict()`, then `self.groups[i] = params`: what it holds
+                    found = _union([found] + [self.of(v, unit, depth + 1, self_free)
+                                              for v in self.fills(expr.value, expr.attr, unit, expr.lineno)])
+                return found
             if not self_free and isinstance(expr.value, ast.Name) and self._is_own_self(expr.value, unit):
-                return frozenset({f"{SELF}.{expr.attr}"})
+                derived = self._derived_attribute(expr, unit, depth)
+                return derived if derived is not None else frozenset({f"{SELF}.{expr.attr}"})
             return self.of(expr.value, unit, depth + 1, self_free)
         if isinstance(expr, ast.Subscript):
             return _union((self.of(expr.value, unit, depth + 1, self_free),
                            self.of(expr.slice, unit, depth + 1, self_free)))
         if isinstance(expr, (ast.Tuple, ast.List)):
             return _union(self.of(e, unit, depth + 1, self_free) for e in expr.elts)
+        if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            # `[p for p in group["params"] if ...]`: its elements, followed to the loops that bind them
+            return self.of(expr.elt, unit, depth + 1, self_free)
+        if isinstance(expr, ast.Call) and is_empty_container(expr):
+            return EMPTY  # `defaultdict(list)` as `dict()`: what it holds is followed where it is filled
         if isinstance(expr, ast.Call):
             func = expr.func
             args = list(expr.args) + [k.value for k in expr.keywords]
@@ -389,7 +411,8 @@ class Dependence:
     def _name(self, name: ast.Name, unit: ast.AST, depth: int, self_free: bool) -> frozenset[str] | None:
         model = self.model
         found = model.lookup(name.id, model.scope_of(name))
-        inside = [b for b in found if contains(unit, b.node) or (b.kind == "param" and b.scope.node is unit)]
+        inside = [b for b in found if (contains(unit, b.node) or (b.kind == "param" and b.scope.node is unit))
+                  and _may_reach(b, name)]
         if not inside:
             return EMPTY  # bound before the loop, or outside the function
         deps: set[str] = set()
@@ -429,9 +452,81 @@ class Dependence:
     def _following(self, binding: Any, unit: ast.AST, depth: int, self_free: bool) -> frozenset[str] | None:
         self._active.add(id(binding))
         try:
-            return self.of(binding.value, unit, depth + 1, self_free)
+            found = self.of(binding.value, unit, depth + 1, self_free)
+            if found is not None and binding.kind == "assign" and is_empty_container(binding.value) \
+                    and binding.scope.node is unit:
+                # `params = []`, then `params.append(p)` in the loop: the list holds what is put in it
+                found = _union([found] + [self.of(v, unit, depth + 1, self_free)
+                                          for v in self.fills(None, binding.name, unit, None)])
+            return found
         finally:
             self._active.discard(id(binding))
+
+    def _derived_attribute(self, expr: ast.Attribute, unit: ast.AST, depth: int) -> frozenset[str] | None:
+        """``self.<attr>`` that the method does not store, when the class says
+        what it is: a property returning an expression of the object's state
+        (``return len(self._groups)``), or, inside ``__init__`` after a call
+        of the base class's constructor with arguments, an attribute no code
+        of the class (or its bases in this file) stores, so that constructor
+        (of another file) set it: taken to hold what was passed to it (a
+        guess from the shape of the code; it only widens what the object
+        depends on)."""
+        cls = self.model.enclosing_class(unit)
+        if cls is None or depth >= self.MAX_DEPTH:
+            return None
+        method = cls.methods.get(expr.attr)
+        if method is not None:
+            if not any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+                return None
+            body = [stmt for stmt in method.body if not (isinstance(stmt, ast.Expr)
+                                                         and isinstance(stmt.value, ast.Constant))]
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                return None
+            key = id(method)
+            if key in self._active:
+                return None
+            self._active.add(key)
+            try:
+                found = self.of(body[0].value, method, depth + 1)
+            finally:
+                self._active.discard(key)
+            # the property's `self.<attr>` is this object's, read here: what it is at this point of `unit`
+            if found is None or not all(d.startswith(SELF + ".") for d in found):
+                return None
+            return _union(self.of(ast.Attribute(value=expr.value, attr=d[len(SELF) + 1:], ctx=ast.Load(),
+                                                lineno=expr.lineno, col_offset=expr.col_offset), unit, depth + 1)
+                          for d in found)
+        if getattr(unit, "name", "") != "__init__" or cls.attribute(expr.attr) or not self._foreign_base(cls):
+            return None
+        passed = self._base_init_arguments(unit, expr.lineno)
+        if not passed:
+            return None
+        return _union(self.of(arg, unit, depth + 1) for arg in passed)
+
+    def _foreign_base(self, cls: ClassInfo) -> bool:
+        """A base of another file of the project (not torch's, not a builtin)."""
+        return any(qual is not None and not qual.startswith(("torch.", "builtins.", "typing.", "abc.", "<local>."))
+                   for qual in cls.bases)
+
+    def _base_init_arguments(self, init: ast.AST, line: int) -> list[ast.AST]:
+        """The arguments of ``super().__init__(...)`` (or ``Base.__init__(self, ...)``)
+        run in ``init`` before ``line``."""
+        out: list[ast.AST] = []
+        for node in executed_nodes(init):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "__init__" and node.lineno < line):
+                continue
+            receiver = node.func.value
+            args = list(node.args)
+            if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+                pass
+            elif isinstance(receiver, (ast.Name, ast.Attribute)) and args and isinstance(args[0], ast.Name) \
+                    and self._is_own_self(args[0], init):
+                args = args[1:]
+            else:
+                continue
+            out += [a for a in args if not isinstance(a, ast.Starred)] + [k.value for k in node.keywords]
+        return out
 
     def _local_call(self, call: ast.Call, unit: ast.AST, depth: int, self_free: bool) -> frozenset[str] | None:
         """``get_layer(model, names)`` of a function of this file whose every
@@ -559,6 +654,77 @@ class Dependence:
         return values if len(in_body) == 1 and len(in_else) == 1 else None
 
 
+def _may_reach(binding: Any, use: ast.Name) -> bool:
+    """Can ``binding`` be the value ``use`` reads?  A binding of the same
+    function placed after the use reaches it only through a loop around
+    both (a closure may run later: other scopes are not judged)."""
+    node = binding.node
+    if binding.kind == "param" or getattr(use, "_hl_scope", None) is not binding.scope \
+            or not hasattr(node, "lineno"):
+        return True
+    if (node.lineno, node.col_offset) <= (use.lineno, use.col_offset):
+        return True
+    cur = getattr(use, "_hl_parent", None)
+    while cur is not None and cur is not binding.scope.node:
+        if isinstance(cur, (ast.For, ast.AsyncFor, ast.While)) and contains(cur, node):
+            return True
+        cur = getattr(cur, "_hl_parent", None)
+    return False
+
+
+_EMPTY_CONTAINER_CALLS = frozenset({"list", "dict", "set", "OrderedDict", "defaultdict", "deque"})
+_FILLING_METHODS = frozenset({"append", "add", "insert", "extend", "appendleft", "update", "setdefault"})
+
+
+def is_empty_container(value: ast.AST) -> bool:
+    """``[]``, ``{}``, ``list()``, ``dict()``, ``defaultdict(list)``...: a new
+    container that holds only what is put in it later."""
+    if isinstance(value, (ast.List, ast.Tuple, ast.Set)) and not value.elts:
+        return True
+    if isinstance(value, ast.Dict) and not value.keys:
+        return True
+    if isinstance(value, ast.Call) and not value.keywords:
+        name = value.func.attr if isinstance(value.func, ast.Attribute) else \
+            value.func.id if isinstance(value.func, ast.Name) else ""
+        return name in _EMPTY_CONTAINER_CALLS and (not value.args or name == "defaultdict")
+    return False
+
+
+def container_fills(owner: ast.AST | None, name: str, unit: ast.AST, before: int | None) -> list[ast.AST]:
+    """What ``unit`` puts into the container ``<owner>.<name>`` (a local
+    ``name`` when ``owner`` is None) before line ``before``: the value of
+    ``c[k] = v`` and ``c[k] += v``, the argument of ``c.append(v)``,
+    ``c.extend(vs)``, ``c.update(...)``, also on an item (``c[k].append(v)``)."""
+    def same(node: ast.AST) -> bool:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        if owner is None:
+            return isinstance(node, ast.Name) and node.id == name
+        return isinstance(node, ast.Attribute) and node.attr == name and isinstance(node.value, ast.Name) \
+            and isinstance(owner, ast.Name) and node.value.id == owner.id
+
+    out: list[ast.AST] = []
+    for node in executed_nodes(unit):
+        if before is not None and getattr(node, "lineno", 0) >= before:
+            continue
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Subscript) and same(t) for t in targets):
+                out.append(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _FILLING_METHODS and same(node.func.value):
+            out += [a for a in node.args if not isinstance(a, ast.Starred)] + [k.value for k in node.keywords]
+    return out
+
+
+def _fill_line(value: ast.AST) -> int:
+    """The line of the statement that put ``value`` in its container."""
+    cur: ast.AST | None = value
+    while cur is not None and not isinstance(cur, ast.stmt):
+        cur = getattr(cur, "_hl_parent", None)
+    return getattr(cur if cur is not None else value, "lineno", 0)
+
+
 def is_self_param(model: SemanticModel, arg: ast.arg) -> bool:
     """Is ``arg`` the ``self`` of a method (not of a static or class method)?"""
     func = getattr(arg, "_hl_parent", None)
@@ -613,6 +779,8 @@ class Guards:
             guard_attrs = units.attributes(unit) | self.attributes_set_outside_init()
             found = False
             for sub in _flag_reads(test):
+                if isinstance(sub, ast.Attribute) and self._constructor_setting(sub, unit):
+                    continue  # set by this constructor on its new object: a switch, the same in every object
                 if isinstance(sub, ast.Name) and sub.id in guard_names \
                         or isinstance(sub, ast.Attribute) and sub.attr in guard_attrs \
                         and sub.attr not in self.units.scratch_attributes(unit) \
@@ -621,6 +789,25 @@ class Guards:
                     break
             self._guard_like[key] = found
         return found
+
+    def _constructor_setting(self, attribute: ast.Attribute, unit: ast.AST) -> bool:
+        """``self.<attr>`` read in ``__init__``, which no other method stores
+        and the constructor stores only before the test (a switch set from its
+        arguments, ``self._overlap = overlap``): each object starts without it,
+        so it is the same switch in every object, not a flag that makes the
+        code run once (a singleton's ``self._initialized``, stored after its
+        test, stays a flag)."""
+        if not (isinstance(unit, FunctionNode) and unit.name == "__init__" and isinstance(attribute.value, ast.Name)):
+            return False
+        bindings = self.model.bindings_at(attribute.value) if hasattr(attribute.value, "_hl_scope") else []
+        if len(bindings) != 1 or bindings[0].kind != "param" or bindings[0].scope.node is not unit \
+                or not is_self_param(self.model, bindings[0].value):  # type: ignore[arg-type]
+            return False
+        if attribute.attr in self.attributes_set_outside_init():
+            return False
+        stores = [node for node in executed_nodes(unit) if isinstance(node, ast.Attribute)
+                  and isinstance(node.ctx, ast.Store) and node.attr == attribute.attr]
+        return bool(stores) and all(node.lineno < attribute.lineno for node in stores)
 
     def _capability_check(self, call: ast.Call) -> bool:
         """``hasattr(net, "_modules")``: a test of what an object is, not a
@@ -909,7 +1096,7 @@ class Summarizer:
             local = local_qualname(info.node)
             if local is None:
                 continue
-            classes[local] = [self.absolute(base) for base in info.node.bases]
+            classes[local] = [self.absolute(class_base_expr(base)) for base in info.node.bases]
         imports: dict[str, str] = {}
         for name, bindings in self.model.module_scope.bindings.items():
             b = bindings[-1]
@@ -1164,7 +1351,11 @@ class Summarizer:
             parent = getattr(nodes[0], "_hl_parent", None)
             if len(nodes) == 1 and isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is not None \
                     and (not isinstance(parent, ast.Assign) or len(parent.targets) == 1):
-                out[attr] = _fact(self.dependence.of(parent.value, func))
+                values = [parent.value]
+                if is_empty_container(parent.value):
+                    # `self.groups = dict()`, filled before the call: it holds what was put in it
+                    values += self.dependence.fills(nodes[0].value, attr, func, line)
+                out[attr] = _fact(_union(self.dependence.of(value, func) for value in values))
             else:
                 out[attr] = None
         return out

@@ -74,9 +74,10 @@ def declared_class(ctx: "FileContext", expr: ast.AST) -> str | None:
 
 def _declarations(ctx: "FileContext", expr: ast.AST) -> Iterator[ast.AST]:
     if isinstance(expr, ast.Name):
-        annotation = _param_annotation(ctx, expr)
+        annotation = _param_annotation(ctx, expr) or _local_annotation(ctx, expr)
         if annotation is not None:
             yield annotation
+            return
         constructed = _constructed_by(ctx, expr)
         if constructed is not None:
             yield constructed
@@ -183,6 +184,25 @@ def _self_assignments(cls) -> dict[str, list[ast.AST]]:
 def _is_self_attr(target: ast.AST, attr: str) -> bool:
     return isinstance(target, ast.Attribute) and target.attr == attr \
         and isinstance(target.value, ast.Name) and target.value.id == "self"
+
+
+def _local_annotation(ctx: "FileContext", name: ast.Name) -> ast.AST | None:
+    """``T`` of ``x: T = ...`` anywhere in the scope the name is read from
+    (a nested function or lambda reads its enclosing function's variable):
+    the annotation declares the variable for the whole scope (PEP 526), so
+    every other binding of it (``x = y`` in another branch) is a ``T`` too.
+    None when the scope annotates it twice, differently, or not as a class."""
+    model = ctx.model  # built first: it marks the nodes with their scopes
+    if not hasattr(name, "_hl_scope"):
+        return None
+    found: dict[str, ast.AST] = {}
+    for binding in model.lookup(name.id, name._hl_scope):  # type: ignore[attr-defined]
+        stmt = binding.node
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name.id:
+            if not isinstance(stmt.annotation, (ast.Name, ast.Attribute)):
+                return None
+            found[ast.dump(stmt.annotation)] = stmt.annotation
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _param_annotation(ctx: "FileContext", name: ast.Name) -> ast.AST | None:

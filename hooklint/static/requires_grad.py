@@ -42,11 +42,15 @@ class CallerParameter:
             object.__setattr__(self, "text", self.name.id)
 
 
-def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) -> CallerParameter | None:
+def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST,
+                     filtered: bool = False) -> CallerParameter | None:
     """``expr`` is a loop variable over the caller's parameters: ``for p in
     model.parameters()`` with ``model`` from the caller, ``for _, p in
     params`` with ``params = module.named_parameters()``, or ``for p in
-    group["params"]`` for each ``group`` of an optimizer's ``param_groups``."""
+    group["params"]`` for each ``group`` of an optimizer's ``param_groups``.
+    ``filtered``: a collection gathered under a ``requires_grad`` test counts
+    too (its elements are still the caller's parameters: a question about
+    their lifetime, not about whether they require grad)."""
     if not isinstance(expr, ast.Name) or not hasattr(expr, "_hl_scope"):
         return None
     bindings = model.bindings_at(expr)
@@ -56,7 +60,8 @@ def caller_parameter(model: SemanticModel, inference: Inference, expr: ast.AST) 
     loop: ast.For = binding.node  # type: ignore[assignment]
     found = _collection(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
     if found is None:
-        found = _parameters_in(model, inference, binding.value, binding.path, 0)  # type: ignore[arg-type]
+        found = _parameters_in(model, inference, binding.value, binding.path, 0,
+                               filtered)  # type: ignore[arg-type]
     return CallerParameter(expr, found[0], loop, found[1]) if found is not None else None
 
 
@@ -164,7 +169,7 @@ def _unwrap(iterable: ast.AST, path: tuple[int, ...]) -> tuple[ast.AST | None, t
 
 
 def _parameters_in(model: SemanticModel, inference: Inference, iterable: ast.AST, path: tuple[int, ...],
-                   depth: int) -> tuple[str, ast.expr | None] | None:
+                   depth: int, filtered: bool = False) -> tuple[str, ast.expr | None] | None:
     """A loop over a collection whose elements are parameters of the
     caller's layers, gathered elsewhere: through ``zip`` or ``list``, a
     comprehension, a list the function fills, or a container kept on
@@ -178,17 +183,17 @@ def _parameters_in(model: SemanticModel, inference: Inference, iterable: ast.AST
         return None
     if unwrapped is not iterable:
         found = _collection(model, inference, unwrapped, path, depth + 1)
-        return found if found is not None else _parameters_in(model, inference, unwrapped, path, depth + 1)
+        return found if found is not None else _parameters_in(model, inference, unwrapped, path, depth + 1, filtered)
     if path:
         return None
     if isinstance(iterable, (ast.ListComp, ast.GeneratorExp)) and len(iterable.generators) == 1:
         comp = iterable.generators[0]
-        if any(_mentions_requires_grad(test) for test in comp.ifs):
+        if not filtered and any(_mentions_requires_grad(test) for test in comp.ifs):
             return None
         where = _target_path(comp.target, iterable.elt)
         if where is not None:
             found = _collection(model, inference, comp.iter, where, depth + 1)
-            return found if found is not None else _parameters_in(model, inference, comp.iter, where, depth + 1)
+            return found if found is not None else _parameters_in(model, inference, comp.iter, where, depth + 1, filtered)
         found3 = _parameter_of(model, inference, iterable.elt, depth + 1)
         return (found3[0], found3[2]) if found3 is not None else None
     contents = _contents(model, iterable)
@@ -196,11 +201,11 @@ def _parameters_in(model: SemanticModel, inference: Inference, iterable: ast.AST
         return None
     described: tuple[str, ast.expr | None] | None = None
     for value, many in contents:
-        if _guarded_by_requires_grad(value):
+        if not filtered and _guarded_by_requires_grad(value):
             return None  # filtered where it is filled
         if many:
             found = _collection(model, inference, value, (), depth + 1) \
-                or _parameters_in(model, inference, value, (), depth + 1)
+                or _parameters_in(model, inference, value, (), depth + 1, filtered)
         else:
             found3 = _parameter_of(model, inference, value, depth + 1)
             found = (found3[0], found3[2]) if found3 is not None else None
@@ -228,6 +233,8 @@ def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool
     """What is put into a container: ``self.<attr>`` across its class, or a
     local name in its function (assigned a list, then appended to).  Each
     item: (expression, True when it adds every element of it)."""
+    if isinstance(holder, ast.Subscript):
+        return _item_contents(model, holder.value)
     if isinstance(holder, ast.Attribute) and isinstance(holder.value, ast.Name) and holder.value.id == "self":
         cls = model.enclosing_class(holder)
         if cls is None:
@@ -243,6 +250,11 @@ def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool
                 and node.value.id == "self"
     elif isinstance(holder, ast.Name) and hasattr(holder, "_hl_scope"):
         bindings = model.bindings_at(holder)
+        if len(bindings) == 1 and bindings[0].kind == "for" and not bindings[0].path \
+                and isinstance(bindings[0].value, ast.AST):
+            # `for bucket in self.buckets: for p in bucket`: each item is a collection put in the container
+            outer = _contents(model, bindings[0].value)
+            return None if outer is None else [(value, True) for value, many in outer if not many]
         if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path \
                 or not isinstance(bindings[0].value, ast.AST):
             return None
@@ -264,6 +276,49 @@ def _contents(model: SemanticModel, holder: ast.AST) -> list[tuple[ast.AST, bool
                     out.append((node.args[0], True))
             elif isinstance(node, ast.AugAssign) and same(node.target) and isinstance(node.op, ast.Add):
                 out += _assigned_items(node.value)
+    return out
+
+
+def _item_contents(model: SemanticModel, container: ast.AST) -> list[tuple[ast.AST, bool]] | None:
+    """What an item of a container of collections holds (``self.groups[i]``
+    with ``self.groups[i] = group_params`` or ``self.groups[i].append(p)``
+    somewhere in the class, or in the function for a local ``groups``): each
+    (expression, True when the item holds every element of it)."""
+    if isinstance(container, ast.Attribute) and isinstance(container.value, ast.Name) \
+            and container.value.id == "self":
+        cls = model.enclosing_class(container)
+        if cls is None:
+            return None
+        scopes: list[ast.AST] = list(cls.methods.values())
+        attr = container.attr
+
+        def same(node: ast.AST) -> bool:
+            return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) \
+                and node.value.id == "self"
+    elif isinstance(container, ast.Name) and hasattr(container, "_hl_scope"):
+        bindings = model.bindings_at(container)
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].path:
+            return None
+        scopes = [bindings[0].scope.node]
+        name = container.id
+
+        def same(node: ast.AST) -> bool:
+            return isinstance(node, ast.Name) and node.id == name
+    else:
+        return None
+    out: list[tuple[ast.AST, bool]] = []
+    for scope in scopes:
+        for node in walk_tree(scope):
+            if isinstance(node, ast.Assign) and node.value is not None:
+                for target in node.targets:
+                    if isinstance(target, ast.Subscript) and same(target.value):
+                        out.append((node.value, True))  # `groups[i] = params`: the item is that collection
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args \
+                    and isinstance(node.func.value, ast.Subscript) and same(node.func.value.value):
+                if node.func.attr in ("append", "add", "insert"):
+                    out.append((node.args[-1], False))
+                elif node.func.attr == "extend":
+                    out.append((node.args[0], True))
     return out
 
 

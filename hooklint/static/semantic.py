@@ -126,6 +126,15 @@ _KNOWN_MODULE_BASES = frozenset(
 )
 
 
+def class_base_expr(expr: ast.AST) -> ast.AST:
+    """The class a base expression names: ``Base[T]`` (a parametrized
+    generic, ``Operator[Tensor, Tensor]``) puts its origin class ``Base`` in
+    the MRO (``__mro_entries__``), so it is ``Base`` as a base."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return expr
+
+
 def is_torch_module_class(qualname: str | None) -> bool:
     """True for ``torch.nn.Module``, ``torch.nn.Linear``, ``torch.nn.modules.conv.Conv2d`` ..."""
     if not qualname:
@@ -590,7 +599,7 @@ class SemanticModel:
             for stmt in info.node.body:
                 if isinstance(stmt, FunctionNode):
                     info.methods[stmt.name] = stmt
-            for base in info.node.bases:
+            for base in map(class_base_expr, info.node.bases):
                 local = self.class_for_expr(base)
                 info.bases.append(self.qualify(base) if local is None else None)
                 if local is not None and local is not info:
@@ -695,7 +704,9 @@ class SemanticModel:
         return ".".join([head] + parts[::-1])
 
     def class_for_expr(self, expr: ast.AST, _seen: frozenset[int] = frozenset()) -> ClassInfo | None:
-        """The local class an expression names, if any (``MyNet``, ``self.Block``...)."""
+        """The local class an expression names, if any (``MyNet``, ``self.Block``...;
+        ``Block[T]``, a parametrized generic of it, names it too)."""
+        expr = class_base_expr(expr)
         if isinstance(expr, ast.Name) and hasattr(expr, "_hl_scope"):
             for b in reversed(self.bindings_at(expr)):
                 if b.kind == "class":

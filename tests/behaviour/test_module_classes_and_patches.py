@@ -54,6 +54,32 @@ def test_forward_of_a_module_class_of_another_file_skips_its_hooks(gpnet):
     assert len(seen) == 1  # calling the module runs it
 
 
+def test_module_through_a_parametrized_generic_base_skips_its_hooks_from_forward():
+    sys.path.insert(0, str(PROJECT))
+    try:
+        from gpnet import generic_layers, generic_users
+    finally:
+        sys.path.remove(str(PROJECT))
+        for name in [n for n in sys.modules if n == "gpnet" or n.startswith("gpnet.")]:
+            del sys.modules[name]
+    # `Endomorph(Operator[Tensor, Tensor])`: Python puts `Operator` itself in the MRO, so a
+    # subclass of the parametrized generic is an nn.Module like any other
+    assert issubclass(generic_layers.Scale, nn.Module)
+    assert not issubclass(generic_layers.Plan, nn.Module)
+    scale = generic_layers.Scale()
+    seen = []
+    scale.register_forward_hook(lambda module, inputs, output: seen.append(output))
+    x = torch.ones(2)
+    assert torch.equal(generic_users.Inverse(scale)(x), x * 2)
+    assert seen == []  # Inverse.forward calls self.op.forward: the hook on the operator never ran
+    objective = generic_users.objective(scale, flag=False)  # `scaled = op`, declared `scaled: Scale`
+    assert torch.equal(objective(x), x * 2 + 1)
+    assert torch.equal(generic_users.evaluate(scale, flag=False)(x), x * 2)
+    assert seen == []  # the lambda and the nested function skip it too
+    scale(x)
+    assert len(seen) == 1  # calling the module runs it
+
+
 def test_framework_call_that_bypasses_torch_runs_no_hook_either_way(gpnet):
     kernel = gpnet.layers.Kernel()
     seen = []
