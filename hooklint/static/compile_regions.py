@@ -1202,8 +1202,9 @@ def foreign_registrations(ctx: "FileContext", refs: Refs, relevant) -> list[Fore
     for calls in (model.name_calls, model.method_calls):
         for group in calls.values():
             for call in group:
-                # the callee first: its name is cheap and rules out nearly every call (torch's, this file's);
-                # the views of the arguments infer values (a second of a cold run over the corpus, for every call)
+                # the callee first: its name is cheap (and the summary needs it anyway) and rules out nearly
+                # every call (torch's, this file's); the views of the arguments infer values, and were most of
+                # what HKL701-HKL703 cost, computed for every call of every file they check
                 try:
                     found = summarizer.callee(call)
                 except RecursionError:

@@ -108,22 +108,29 @@ def _loop_assignments(ctx: FileContext) -> list[tuple[ast.AST, ast.AST, list[ast
         for loop in loops:
             by_loop.setdefault(id(loop), (cur, loop, []))[2].append(stmt)
     out = []
+    positions: dict[int, dict[int, int]] = {}
     for scope, loop, assigns in by_loop.values():
-        assigns.sort(key=lambda stmt: _own_order(stmt, loop))
+        if len(assigns) > 1:
+            assigns.sort(key=lambda stmt: _own_order(stmt, loop, positions))
         out.append((scope, loop, assigns))
-    out.sort(key=lambda entry: (scope_order[id(entry[0])], _own_order(entry[1], entry[0])))
+    out.sort(key=lambda entry: (scope_order[id(entry[0])], _own_order(entry[1], entry[0], positions)))
     return out
 
 
-def _own_order(node: ast.AST, top: ast.AST) -> tuple[int, ...]:
+def _own_order(node: ast.AST, top: ast.AST, positions: dict[int, dict[int, int]]) -> tuple[int, ...]:
     """Where ``_own_nodes(top)`` yields ``node`` (a descendant outside nested
     scopes): it goes depth first, last child first, so a node comes after its
-    ancestors and before the nodes of its earlier siblings."""
+    ancestors and before the nodes of its earlier siblings.  ``positions``:
+    each parent's children by position, kept across calls (a module of
+    thousands of statements is listed once)."""
     path: list[int] = []
     cur = node
     while cur is not top:
         parent = cur._hl_parent  # type: ignore[attr-defined]
-        path.append(-next(i for i, child in enumerate(child_nodes(parent)) if child is cur))
+        index = positions.get(id(parent))
+        if index is None:
+            index = positions[id(parent)] = {id(child): i for i, child in enumerate(child_nodes(parent))}
+        path.append(-index[id(cur)])
         cur = parent
     return tuple(reversed(path))
 

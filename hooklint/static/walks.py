@@ -112,21 +112,26 @@ def _child_loops(model: SemanticModel) -> dict[ast.AST, list[ast.AST] | None]:
     for func, loops in found.items():
         if loops is None or len(loops) < 2:
             continue
+        positions: dict[int, dict[int, int]] = {}
         try:
-            loops.sort(key=lambda loop: _preorder_path(loop, func))
-        except StopIteration:  # a node its parent link does not list among the children: walked as before
+            loops.sort(key=lambda loop: _preorder_path(loop, func, positions))
+        except KeyError:  # a node its parent link does not list among the children: walked as before
             found[func] = None
     return found
 
 
-def _preorder_path(node: ast.AST, top: ast.AST) -> tuple[int, ...]:
+def _preorder_path(node: ast.AST, top: ast.AST, positions: dict[int, dict[int, int]]) -> tuple[int, ...]:
     """The child positions leading from ``top`` down to ``node``: sorted, the
-    order of a depth-first walk that visits children first to last."""
+    order of a depth-first walk that visits children first to last.
+    ``positions``: each parent's children by position, kept across calls."""
     path: list[int] = []
     cur = node
     while cur is not top:
         parent = cur._hl_parent  # type: ignore[attr-defined]
-        path.append(next(i for i, child in enumerate(child_nodes(parent)) if child is cur))
+        index = positions.get(id(parent))
+        if index is None:
+            index = positions[id(parent)] = {id(child): i for i, child in enumerate(child_nodes(parent))}
+        path.append(index[id(cur)])
         cur = parent
     return tuple(reversed(path))
 
