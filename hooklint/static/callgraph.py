@@ -1000,6 +1000,7 @@ class Summarizer:
         self._calls: dict[tuple[int, int], ast.Call] | None = None
         self._roots: dict[tuple[int, str], str | None] = {}
         self._callers: dict[int, str | None] = {}
+        self._callee_of: dict[int, tuple[str, int, ast.AST | None] | None] = {}  # by id of the call
         self._core: Any = None
 
     @property
@@ -1202,7 +1203,15 @@ class Summarizer:
         """(callee, bound, receiver expression) of a call that a function,
         constructor or method of the project can answer, or None.  Read from
         the names alone (the project index resolves them): cheaper than
-        inferring values, and it must run on every call of every file."""
+        inferring values, and it must run on every call of every file (the
+        summary's sites, and analyses that ask before it: worked out once)."""
+        key = id(call)
+        if key in self._callee_of:
+            return self._callee_of[key]
+        found = self._callee_of[key] = self._resolve_callee(call)
+        return found
+
+    def _resolve_callee(self, call: ast.Call) -> tuple[str, int, ast.AST | None] | None:
         func = call.func
         if isinstance(func, ast.Attribute):
             receiver = func.value

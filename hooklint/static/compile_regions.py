@@ -1188,6 +1188,9 @@ class Foreign:
     callee: str
 
 
+_UNRESOLVED = ("", 0, None)  # a callee not worked out yet (its name nests too deeply to resolve)
+
+
 def foreign_registrations(ctx: "FileContext", refs: Refs, relevant) -> list[Foreign]:
     """Registrations made by functions of other files at this file's calls, for
     the calls with an argument ``relevant(views)`` accepts (only those are asked
@@ -1195,15 +1198,26 @@ def foreign_registrations(ctx: "FileContext", refs: Refs, relevant) -> list[Fore
     out: list[Foreign] = []
     own = ctx.module + "."
     model = ctx.model
+    summarizer = ctx.summarizer
     for calls in (model.name_calls, model.method_calls):
         for group in calls.values():
             for call in group:
+                # the callee first: its name is cheap (and the summary needs it anyway) and rules out nearly
+                # every call (torch's, this file's); the views of the arguments infer values, and were most of
+                # what HKL701-HKL703 cost, computed for every call of every file they check
+                try:
+                    found = summarizer.callee(call)
+                except RecursionError:
+                    found = _UNRESOLVED  # asked again below, where the arguments say it matters, as before
+                if found is None or (found is not _UNRESOLVED and found[0].startswith((own, "super:"))):
+                    continue
                 arguments = _argument_views(refs, call)
                 if not any(relevant(views) for _key, _arg, views, _items in arguments):
                     continue
-                found = ctx.summarizer.callee(call)
-                if found is None or found[0].startswith(own) or found[0].startswith("super:"):
-                    continue
+                if found is _UNRESOLVED:
+                    found = summarizer.callee(call)
+                    if found is None or found[0].startswith((own, "super:")):
+                        continue
                 answer = ctx.project.hooks_of(found[0])
                 if not answer:
                     continue

@@ -79,67 +79,94 @@ def _single_pass(loop: ast.AST) -> bool:
     return any(isinstance(n, (ast.Break, ast.Return)) for n in _own_nodes(loop))
 
 
-def _scopes_with_loops(tree: ast.Module) -> set[ast.AST] | None:
-    """The module and functions whose own nodes (``_own_nodes``) hold a loop,
-    found going up from each loop of the file; None when a loop has no parent
-    link (every scope is walked then)."""
-    out: set[ast.AST] = set()
-    for node in walk_tree(tree):
-        if not isinstance(node, _LOOPS):
+def _loop_assignments(ctx: FileContext) -> list[tuple[ast.AST, ast.AST, list[ast.Assign]]]:
+    """(scope, loop, its assignments ``x = call(...)``) for every loop of the
+    module or of a function that holds one such assignment of its own (not in
+    a nested scope), in the order a walk of each scope's own nodes meets them
+    (scopes in ``walk_tree`` order, the module first; each loop's
+    assignments in ``_own_nodes`` order).  Found from the assignments of the
+    model indexes, going up to their scope, rather than by walking every
+    function with a loop (most of this rule's cost over the corpus)."""
+    by_loop: dict[int, tuple[ast.AST, ast.AST, list[ast.Assign]]] = {}
+    scope_order = {id(ctx.tree): 0}
+    stops = _SCOPES + (ast.Module,)
+    for stmt in walk_tree(ctx.tree):
+        kind = type(stmt)
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            scope_order[id(stmt)] = len(scope_order)
             continue
-        cur = getattr(node, "_hl_parent", None)
-        while cur is not None and not isinstance(cur, _SCOPES + (ast.Module,)):
+        if kind is not ast.Assign or len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):
+            continue
+        loops: list[ast.AST] = []
+        cur = getattr(stmt, "_hl_parent", None)
+        while cur is not None and not isinstance(cur, stops):
+            if isinstance(cur, _LOOPS):
+                loops.append(cur)
             cur = getattr(cur, "_hl_parent", None)
-        if cur is None:
-            return None
-        out.add(cur)
+        if cur is None or isinstance(cur, (ast.Lambda, ast.ClassDef)):
+            continue  # only the module's and the functions' own nodes are walked
+        for loop in loops:
+            by_loop.setdefault(id(loop), (cur, loop, []))[2].append(stmt)
+    out = []
+    positions: dict[int, dict[int, int]] = {}
+    for scope, loop, assigns in by_loop.values():
+        if len(assigns) > 1:
+            assigns.sort(key=lambda stmt: _own_order(stmt, loop, positions))
+        out.append((scope, loop, assigns))
+    out.sort(key=lambda entry: (scope_order[id(entry[0])], _own_order(entry[1], entry[0], positions)))
     return out
+
+
+def _own_order(node: ast.AST, top: ast.AST, positions: dict[int, dict[int, int]]) -> tuple[int, ...]:
+    """Where ``_own_nodes(top)`` yields ``node`` (a descendant outside nested
+    scopes): it goes depth first, last child first, so a node comes after its
+    ancestors and before the nodes of its earlier siblings.  ``positions``:
+    each parent's children by position, kept across calls (a module of
+    thousands of statements is listed once)."""
+    path: list[int] = []
+    cur = node
+    while cur is not top:
+        parent = cur._hl_parent  # type: ignore[attr-defined]
+        index = positions.get(id(parent))
+        if index is None:
+            index = positions[id(parent)] = {id(child): i for i, child in enumerate(child_nodes(parent))}
+        path.append(-index[id(cur)])
+        cur = parent
+    return tuple(reversed(path))
 
 
 def overwritten_handles(ctx: FileContext) -> list[Overwrite]:
     core = ctx.core
     registration_calls = {id(r.call) for r in core.hooks.registrations if not r.via}
     out: list[Overwrite] = []
-    scopes: list[ast.AST] = [ctx.tree] + [n for n in walk_tree(ctx.tree)
-                                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    looping = _scopes_with_loops(ctx.tree)
-    for scope in scopes:
-        if looping is not None and scope not in looping:
-            continue  # no loop of its own: its walk finds nothing (most functions; a second of the corpus)
-        for loop in _own_nodes(scope):
-            if not isinstance(loop, _LOOPS):
+    for scope, loop, assigns in _loop_assignments(ctx):
+        # the assignments first: most loops have none of the shape, and finding them is cheaper than
+        # asking `_single_pass`, which walks the loop
+        if _single_pass(loop):
+            continue
+        for stmt in assigns:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name):
+                text, is_name = target.id, True
+            elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                    and not _rebound_in(loop, target.value.id):
+                # `state.h = ...` where `state` is this pass's object keeps one handle per object
+                text, is_name = ast.unparse(target), False
+            else:
                 continue
-            # the assignments first: most loops have none of the shape, and walking them is cheaper than
-            # asking `_single_pass`, which walks the loop too
-            assigns = [stmt for stmt in _own_nodes(loop) if isinstance(stmt, ast.Assign)
-                       and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)]
-            if not assigns or _single_pass(loop):
+            call = stmt.value
+            made = _handles_made(ctx, call, scope, registration_calls)
+            if made is None:
                 continue
-            for stmt in assigns:
-                target = stmt.targets[0]
-                if isinstance(target, ast.Name):
-                    text, is_name = target.id, True
-                elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
-                        and not _rebound_in(loop, target.value.id):
-                    # `state.h = ...` where `state` is this pass's object keeps one handle per object
-                    text, is_name = ast.unparse(target), False
-                else:
-                    continue
-                call = stmt.value
-                made = _handles_made(ctx, call, scope, registration_calls)
-                if made is None:
-                    continue
-                plural, callee = made
-                if not _varies_per_pass(call, loop):
-                    continue  # the same object every pass: the hooks stack up on it (hook_leak's question)
-                if _reads(loop, text, is_name):
-                    continue
-                if is_name and not _read_after(scope, loop, text):
-                    continue  # dropped on purpose, or never used: not this question
-                out.append(Overwrite(stmt, loop, text, plural, callee))  # type: ignore[arg-type]
+            plural, callee = made
+            if not _varies_per_pass(call, loop):
+                continue  # the same object every pass: the hooks stack up on it (hook_leak's question)
+            if _reads(loop, text, is_name):
+                continue
+            if is_name and not _read_after(scope, loop, text):
+                continue  # dropped on purpose, or never used: not this question
+            out.append(Overwrite(stmt, loop, text, plural, callee))  # type: ignore[arg-type]
     return out
-
-
 
 
 def _read_after(scope: ast.AST, loop: ast.AST, text: str) -> bool:

@@ -658,6 +658,10 @@ class SemanticModel:
         found = self.lookup(name_node.id, scope)
         if not found:
             return []
+        if len(found) == 1:
+            # the one binding, whatever the line (the rules below pick it, or fall back to every binding): most
+            # names, asked about for every call of every file by the summaries
+            return found if found[0].scope is not scope or scope.kind == "class" else [found[0]]
         if found[0].scope is scope and scope.kind != "class":
             line = name_node.lineno
             before = [b for b in found if b.lineno and b.lineno <= line and b.kind != "param"

@@ -26,7 +26,7 @@ import ast
 import builtins
 from dataclasses import dataclass
 
-from hooklint.static.semantic import FunctionNode
+from hooklint.static.semantic import FunctionNode, SemanticModel
 from hooklint.static.tree_walk import walk_tree
 
 # Builtins of the running interpreter, plus those of other Python versions and
@@ -45,6 +45,12 @@ _DYNAMIC_NAMES = frozenset({"globals", "vars", "exec", "execfile", "__builtins__
 _CATCHES_NAME_ERROR = frozenset({"NameError", "Exception", "BaseException", "UnboundLocalError"})
 
 _CACHE_ATTR = "_hl_file_bound_names"
+_MODEL_NAMES_ATTR = "_hl_bound_names"  # on the SemanticModel: every name one of its scopes binds
+
+# Syntax newer than some supported Pythons (3.12's `type X = ...`, PEP 695 type parameters): the node types
+# of the running Python, looked up once rather than at every node of every file
+_TYPE_ALIAS = getattr(ast, "TypeAlias", None)
+_TYPE_PARAMS = tuple(getattr(ast, name) for name in ("TypeVar", "ParamSpec", "TypeVarTuple") if hasattr(ast, name))
 
 
 @dataclass(frozen=True)
@@ -99,15 +105,30 @@ def file_bound_names(tree: ast.Module) -> frozenset[str] | None:
             if isinstance(func, ast.Name) and func.id == "setattr" and node.args \
                     and isinstance(node.args[0], ast.Name) and node.args[0].id in ("builtins", "__builtin__"):
                 dynamic = True
-        elif hasattr(ast, "TypeAlias") and kind is getattr(ast, "TypeAlias"):
+        elif kind is _TYPE_ALIAS:
             if isinstance(node.name, ast.Name):
                 bound.add(node.name.id)
-        elif hasattr(ast, "TypeVar") and kind in (getattr(ast, "TypeVar"), getattr(ast, "ParamSpec", ast.TypeVar),
-                                                   getattr(ast, "TypeVarTuple", ast.TypeVar)):
+        elif kind in _TYPE_PARAMS:
             bound.add(node.name)
     result = None if dynamic else frozenset(bound)
     tree.__dict__[_CACHE_ATTR] = result
     return result
+
+
+def may_read_unbound(model: SemanticModel, body: ast.AST) -> bool:
+    """Whether ``body`` loads a name that no scope of the semantic model binds
+    and no builtin provides: a cheap test that answers False for most
+    bodies.  Every name the model binds (definitions, parameters, imports,
+    assignment, loop, ``with`` and ``except`` targets) is one
+    :func:`file_bound_names` counts too, so when this is False
+    :func:`unbound_uses` finds nothing in ``body``, without the walk of the
+    whole file that ``file_bound_names`` makes."""
+    bound = model.__dict__.get(_MODEL_NAMES_ATTR)
+    if bound is None:
+        bound = frozenset(name for scope in model.scopes.values() for name in scope.bindings)
+        model.__dict__[_MODEL_NAMES_ATTR] = bound
+    return any(type(node) is ast.Name and node.id not in bound and node.id not in _BUILTINS
+               and isinstance(node.ctx, ast.Load) for node in ast.walk(body))
 
 
 def unbound_uses(tree: ast.Module, body: ast.AST) -> list[UnboundUse]:

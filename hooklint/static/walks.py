@@ -57,12 +57,13 @@ class WalkRegistration:
 
 def recursive_walks(model: SemanticModel, core: Core) -> list[Walk]:
     out: list[Walk] = []
-    looping = _functions_calling(model, (*_CHILD_ITERATORS, *_MODULES_DICT))
+    looping = _child_loops(model)
     for func in model.functions:
         if func not in looping:
-            continue  # no loop of its own can iterate children: walking its body found nothing (1 s of the corpus)
+            continue  # no loop of its own iterates children: walking its body found nothing (1 s of the corpus)
         params = positional_params(func)
-        for node in _own_nodes(func):
+        loops = looping[func]
+        for node in loops if loops is not None else _own_nodes(func):
             loop_iter, target, path = _loop_parts(node)
             if loop_iter is None:
                 continue
@@ -80,20 +81,59 @@ def recursive_walks(model: SemanticModel, core: Core) -> list[Walk]:
     return out
 
 
-def _functions_calling(model: SemanticModel, methods: tuple[str, ...]) -> set[ast.AST]:
-    """The functions (``def``, not lambdas) holding among their own nodes (not
-    those of a nested function, lambda or class) a call ``<expr>.<method>(...)``
-    of one of ``methods``: the only ones whose own loops can iterate such a
-    call.  Found from the model's index of method calls, going up from each."""
-    out: set[ast.AST] = set()
-    for method in methods:
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _child_loops(model: SemanticModel) -> dict[ast.AST, list[ast.AST] | None]:
+    """For each function (``def``) whose own nodes hold a loop over a call
+    ``_walked_param`` can accept (``x.children()``, ``x._modules.values()``...):
+    those loops (``for`` statements and comprehensions), in the order
+    ``_own_nodes`` meets them, found from the model's index of those calls.
+    Any other loop of the function is no walk, so ``recursive_walks`` need
+    not walk the rest of its body.  None for a function whose loops could not
+    be put in that order (its body is walked, as before)."""
+    found: dict[ast.AST, list[ast.AST] | None] = {}
+    for method in (*_CHILD_ITERATORS, *_MODULES_DICT):
         for call in model.method_calls.get(method, ()):
-            node = getattr(call, "_hl_parent", None)
-            while node is not None and not isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
-                node = getattr(node, "_hl_parent", None)
-            if isinstance(node, FunctionNode):
-                out.add(node)
-    return out
+            parent = getattr(call, "_hl_parent", None)
+            if isinstance(parent, (ast.For, ast.AsyncFor, ast.comprehension)) and parent.iter is call:
+                loop: ast.AST = parent
+            elif isinstance(parent, _COMPREHENSIONS) and parent.generators[0].iter is call:
+                loop = parent.generators[0]  # the first iterable is evaluated outside: its parent is the expression
+            else:
+                continue
+            owner = getattr(loop, "_hl_parent", None)
+            while owner is not None and not isinstance(owner, FunctionNode + (ast.Lambda, ast.ClassDef)):
+                owner = getattr(owner, "_hl_parent", None)
+            if isinstance(owner, FunctionNode):
+                loops = found.setdefault(owner, [])
+                if loops is not None and loop not in loops:
+                    loops.append(loop)
+    for func, loops in found.items():
+        if loops is None or len(loops) < 2:
+            continue
+        positions: dict[int, dict[int, int]] = {}
+        try:
+            loops.sort(key=lambda loop: _preorder_path(loop, func, positions))
+        except KeyError:  # a node its parent link does not list among the children: walked as before
+            found[func] = None
+    return found
+
+
+def _preorder_path(node: ast.AST, top: ast.AST, positions: dict[int, dict[int, int]]) -> tuple[int, ...]:
+    """The child positions leading from ``top`` down to ``node``: sorted, the
+    order of a depth-first walk that visits children first to last.
+    ``positions``: each parent's children by position, kept across calls."""
+    path: list[int] = []
+    cur = node
+    while cur is not top:
+        parent = cur._hl_parent  # type: ignore[attr-defined]
+        index = positions.get(id(parent))
+        if index is None:
+            index = positions[id(parent)] = {id(child): i for i, child in enumerate(child_nodes(parent))}
+        path.append(index[id(cur)])
+        cur = parent
+    return tuple(reversed(path))
 
 
 def _own_nodes(func: ast.AST):
@@ -511,6 +551,32 @@ def _apply_walkers(model: SemanticModel, inference, info) -> list[tuple[ast.Call
     return out
 
 
+def _may_walk_with_apply(model: SemanticModel, inference) -> bool:
+    """Whether the file holds, anywhere, a call ``_apply_walkers`` keeps
+    (``self.apply(fn)`` with an ``fn`` that registers module hooks, a captum
+    class given ``self``): the model's call indexes answer it, where walking
+    every method of every module class found nothing in nearly every file the
+    triggers admit (``self.apply(self._init_weights)`` in every transformers
+    model)."""
+    for call in model.method_calls.get("apply", ()):
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if call.args and isinstance(receiver, ast.Name) and receiver.id == "self":
+            fn = inference.callable_of(call.args[0])
+            if fn is not None and _registers_module_hooks(fn.node):
+                return True
+    try:
+        for calls in (model.name_calls, model.method_calls):
+            for group in calls.values():
+                for call in group:
+                    if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id == "self":
+                        qual = model.qualify(call.func) or ""
+                        if qual.startswith("captum.") and qual.rsplit(".", 1)[-1] in _APPLY_HOOKING_CLASSES:
+                            return True
+    except RecursionError:
+        return True  # the walk decides, as it did
+    return False
+
+
 def aliased_submodules(model: SemanticModel, core: Core, inference) -> list[SubmoduleAlias]:
     """Submodules an ``nn.Module`` class registers a second time under another
     attribute, when the class walks itself with ``Module.apply`` to hook
@@ -519,6 +585,8 @@ def aliased_submodules(model: SemanticModel, core: Core, inference) -> list[Subm
     visited (and hooked) once through its real parent and once through the
     alias."""
     out: list[SubmoduleAlias] = []
+    if not _may_walk_with_apply(model, inference):
+        return out
     for info in model.classes.values():
         if model.is_module_class(info) is not True:
             continue
