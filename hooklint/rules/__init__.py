@@ -110,6 +110,8 @@ _RULE_MODULES = (
     "hooklint.rules.backward_calls_undefined_name",
     "hooklint.rules.hook_reads_tuple_output_as_tensor",
     "hooklint.rules.hook_squeezes_batch_axis",
+    # r7b1
+    "hooklint.rules.function_ctx_stores_output",
 )
 
 
