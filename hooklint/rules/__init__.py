@@ -112,6 +112,7 @@ _RULE_MODULES = (
     "hooklint.rules.hook_squeezes_batch_axis",
     # r7b1
     "hooklint.rules.function_ctx_stores_output",
+    "hooklint.rules.hook_reads_none_attention_slot",
 )
 
 

@@ -130,6 +130,20 @@ class FunctionCtxStoresOutput(Rule):
         "    @staticmethod\n"
         "    def backward(ctx, g, _):\n"
         "        return g\n",
+        # a NumPy array returned next to the tensor has no grad_fn
+        "import torch\n"
+        "class Cube(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(x):\n"
+        "        x_np = x.detach().numpy()\n"
+        "        return torch.tensor(x_np ** 3), x_np\n"
+        "    @staticmethod\n"
+        "    def setup_context(ctx, inputs, output):\n"
+        "        _, x_np = output\n"
+        "        ctx.x_np = x_np\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g, _):\n"
+        "        return g * 3 * torch.tensor(ctx.x_np) ** 2\n",
         # an intermediate that is not returned
         "import torch\n"
         "class Sq(torch.autograd.Function):\n"

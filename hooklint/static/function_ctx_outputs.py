@@ -62,7 +62,22 @@ def _non_tensor(value: ast.AST) -> bool:
             return True
         if isinstance(func, ast.Attribute) and func.attr in _SCALAR_METHODS:
             return True
+        # a NumPy array (`x.numpy()`, `to_numpy(x)`, `np.asarray(x)`) has no grad_fn to close a cycle
+        words = ast.unparse(func).lower()
+        if "numpy" in words or words.split(".")[0] in ("np", "numpy"):
+            return True
     return False
+
+
+def _forward_slot_names(forward: ast.AST) -> list[str] | None:
+    """What ``forward`` returns, slot by slot (a name, or "" for an expression), when every return is the same tuple."""
+    shapes = {tuple(e.id if isinstance(e, ast.Name) else "" for e in n.value.elts) for n in executed_nodes(forward)
+              if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)}
+    plain = [n for n in executed_nodes(forward) if isinstance(n, ast.Return) and not isinstance(n.value, ast.Tuple)]
+    if len(shapes) != 1 or plain:
+        return None
+    (names,) = shapes
+    return list(names)
 
 
 def _output_names(fn: ast.AST, seeds: set[str]) -> tuple[set[str], set[str]]:
@@ -141,6 +156,16 @@ def stored_outputs(ctx: FileContext) -> list[StoredOutput]:
                 outputs, scalar = _output_names(setup, {output})
                 outputs = {n for n in outputs if n != _inputs}
                 skip = scalar | _non_differentiable(setup, ctx_name)
+                slots = _forward_slot_names(forward) if isinstance(forward, FunctionNode) else None
+                if slots is not None:
+                    _, forward_scalar = _output_names(forward, set())
+                    for node in executed_nodes(setup):  # `_, arr = output` where forward returns `..., arr`
+                        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) \
+                                and node.value.id == output:
+                            for target in node.targets:
+                                elts = _names(target)
+                                if isinstance(target, (ast.Tuple, ast.List)) and len(elts) == len(slots):
+                                    skip |= {e for e, f in zip(elts, slots) if f in forward_scalar}
                 for node, attr, name in _stores(setup, ctx_name, outputs, skip):
                     result.append(StoredOutput(node, attr, name, "setup_context", info.name))
     return result
