@@ -28,7 +28,10 @@ class HookReadsNoneAttentionSlot(Rule):
     - a class of the file whose `forward` returns None in that slot on some
       path (the branch that calls `F.scaled_dot_product_attention`, which
       never computes the weights, is the usual one);
-    - `nn.MultiheadAttention` called with `need_weights=False`.
+    - `nn.MultiheadAttention` called with `need_weights=False`, which
+      torch's `nn.TransformerEncoderLayer` and `nn.TransformerDecoderLayer`
+      always do for their `self_attn` / `multihead_attn` (unless the file
+      calls or patches that attention itself).
 
     ## Why is this bad?
     A forward hook receives exactly what `forward` returned.  Attention
@@ -144,8 +147,23 @@ class HookReadsNoneAttentionSlot(Rule):
         "        self.attn.register_forward_hook(lambda m, i, o: self.maps.append(o[1]))\n"
         "    def forward(self, x):\n"
         "        return self.attn(x, x, x, need_weights=True)[0]\n",
+        # the torch layer's attention is patched to return its weights
+        "import functools\n"
+        "import torch.nn as nn\n"
+        "layer = nn.TransformerEncoderLayer(8, 2)\n"
+        "layer.self_attn.forward = functools.partial(layer.self_attn.forward, need_weights=True)\n"
+        "maps = []\n"
+        "layer.self_attn.register_forward_hook(lambda m, i, o: maps.append(o[1]))\n",
     )
     INVALID: ClassVar[tuple[Invalid, ...]] = (
+        # torch's Transformer layers call their attention with need_weights=False
+        Invalid(
+            "import torch.nn as nn\n"
+            "encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2), num_layers=3)\n"
+            "maps = []\n"
+            "for layer in encoder.layers:\n"
+            "    layer.self_attn.register_forward_hook(lambda m, i, o: maps.append(o[1].detach()))  # HKL424\n"
+        ),
         Invalid(
             "import whisper\n"
             "def maps(model, audio):\n"

@@ -204,6 +204,44 @@ def _mha_without_weights(ctx: "FileContext", reg: "Registration") -> tuple[str, 
     return None
 
 
+TORCH_TRANSFORMER_LAYERS = frozenset({"torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer"})
+TORCH_TRANSFORMER_STACKS = frozenset({"torch.nn.TransformerEncoder", "torch.nn.TransformerDecoder"})
+
+
+def _torch_layer_attention(ctx: "FileContext", reg: "Registration") -> tuple[str, set[int], set[int]] | None:
+    """``.self_attn`` / ``.multihead_attn`` of a torch Transformer layer (built in the file, or an
+    element of ``.layers`` of a torch TransformerEncoder / TransformerDecoder built in the file): the
+    layer calls them with ``need_weights=False`` (torch/nn/modules/transformer.py)."""
+    recv = reg.receiver
+    if not isinstance(recv, ast.Attribute) or recv.attr not in ("self_attn", "multihead_attn"):
+        return None
+    base = recv.value
+    layer = getattr(ctx.inference.infer(base), "torch_class", None)
+    if layer not in TORCH_TRANSFORMER_LAYERS:
+        stack = base.value if isinstance(base, ast.Subscript) else (
+            _loop_source(reg.call, base.id) if isinstance(base, ast.Name) else None)
+        if isinstance(stack, ast.Call) and isinstance(stack.func, ast.Name) and stack.func.id == "enumerate" \
+                and stack.args:
+            stack = stack.args[0]
+        if not (isinstance(stack, ast.Attribute) and stack.attr == "layers"
+                and getattr(ctx.inference.infer(stack.value), "torch_class", None) in TORCH_TRANSFORMER_STACKS):
+            return None
+        layer = getattr(ctx.inference.infer(stack.value), "torch_class", "")
+        layer = layer + "Layer"
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == recv.attr:
+            return None  # the attention is also called directly, with its own arguments
+        if isinstance(node, ast.Call) and any(
+                k.arg == "need_weights" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                for k in node.keywords) and ast.unparse(node.func).rsplit(".", 1)[-1] in (
+                    "partial", "forward", recv.attr):
+            return None  # the file patches the attention to return weights (`partial(..., need_weights=True)`)
+        if isinstance(node, ast.Constant) and node.value == "need_weights":
+            return None  # `kwargs["need_weights"] = True` in a wrapper
+    return (f"the `nn.MultiheadAttention` `{recv.attr}` of an `nn.{layer.rsplit('.', 1)[-1]}`, which calls it "
+            f"with `need_weights=False`: its weights slot is always None", {2}, {1})
+
+
 # --- openai-whisper ------------------------------------------------------------------------------------------------
 
 def _whisper_root(reg: "Registration") -> tuple[ast.Name, str] | None:
@@ -326,7 +364,7 @@ def none_slot_reads(ctx: "FileContext", reg: "Registration") -> list[NoneSlotRea
                  "`MultiHeadAttention.use_sdpa` is True (the default since release 20240930)")
         return [NoneSlotRead(node, words, run) for node, index, size in reads
                 if index in (1, -1) and size in (None, 2)][:1]
-    known = _local_class_slots(ctx, reg) or _mha_without_weights(ctx, reg)
+    known = _local_class_slots(ctx, reg) or _mha_without_weights(ctx, reg) or _torch_layer_attention(ctx, reg)
     if known is None:
         return []
     words, sizes, none = known

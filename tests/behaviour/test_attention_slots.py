@@ -30,11 +30,11 @@ def _namespace() -> dict:
     return namespace
 
 
-def test_fixture_reports_the_three_unguarded_reads():
+def test_fixture_reports_the_five_unguarded_reads():
     text = FIXTURE.read_text(encoding="utf-8")
     rows = [f.location.row for f in lint(text, HookReadsNoneAttentionSlot.code)]
     marked = [i for i, line in enumerate(text.splitlines(), 1) if line.endswith("# HKL424")]
-    assert rows == marked and len(rows) == 3
+    assert rows == marked and len(rows) == 5
 
 
 def test_fused_branch_hands_the_hook_none_and_eager_twin_real_weights():
@@ -97,3 +97,11 @@ def test_whisper_switch_decides_what_the_hook_stores():
     finally:
         WhisperLikeAttention.use_sdpa = True
     assert stored["qk"].shape == (1, 2, 4, 4)
+
+
+def test_fixture_transformer_layers_hand_their_hooks_none():
+    ns = _namespace()
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'cpu'"):
+        ns["EncoderWithMaps"]()(torch.randn(2, 3, 8))
+    with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'sum'"):
+        ns["decoder_cross_maps"](torch.randn(2, 3, 8), torch.randn(2, 4, 8))
