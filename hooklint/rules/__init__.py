@@ -113,6 +113,7 @@ _RULE_MODULES = (
     # r7b1
     "hooklint.rules.function_ctx_stores_output",
     "hooklint.rules.hook_reads_none_attention_slot",
+    "hooklint.rules.grad_wrt_frozen_params",
 )
 
 
