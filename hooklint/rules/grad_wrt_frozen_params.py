@@ -14,7 +14,8 @@ from hooklint.static.grad_inputs import frozen_param_grads
 class GradWrtFrozenParams(Rule):
     """
     ## What it does
-    Reports `<module>.parameters()` when the tensors it yields reach the
+    Reports `<module>.parameters()`, for a module the caller hands in (a
+    parameter of the function, not `self`), when the tensors it yields reach the
     `inputs` of `torch.autograd.grad` with no filter on `requires_grad`:
     directly (`torch.autograd.grad(loss, model.parameters())`), through
     names, tuples and `+`, or through a custom `autograd.Function` that
@@ -82,6 +83,12 @@ class GradWrtFrozenParams(Rule):
         "    for p in params:\n"
         "        p.requires_grad_(True)\n"
         "    return torch.autograd.grad(loss, params)\n",
+        # a module the code builds itself is as trainable as it made it
+        "import torch\n"
+        "def check_double_backward(make_module, x):\n"
+        "    module = make_module()\n"
+        "    out = module(x)\n"
+        "    return torch.autograd.grad(out.sum(), (x,) + tuple(module.parameters()), create_graph=True)\n",
         # gradients with respect to inputs
         "import torch\n"
         "def saliency(model, x):\n"

@@ -15,7 +15,10 @@ the ``*args`` of ``forward`` that ``save_for_backward`` stored, and from there
 to the ``*name`` the file's ``Fn.apply(...)`` calls pass, and that name's
 bindings in the calling function.  A source is ``<x>.parameters()``; the
 chain is quiet when a binding of a name on it, or a loop or comprehension
-over it, mentions ``requires_grad``.
+over it, mentions ``requires_grad``.  Only modules the caller hands in (a
+parameter of the function around ``parameters()``, not ``self``, not rebound
+before) are followed: a module the code builds itself is as trainable as the
+code made it (torch's own test harness differentiates freshly built modules).
 """
 
 from __future__ import annotations
@@ -97,11 +100,31 @@ def _names_in(expr: ast.AST) -> list[str]:
     return []
 
 
+def _callers_module(call: ast.Call) -> bool:
+    """``m.parameters()`` where ``m`` is a parameter of the function around the call (not ``self``):
+    a module the caller chose, which may have frozen parts; a module the code builds itself is
+    as trainable as the code made it."""
+    receiver = call.func.value  # type: ignore[attr-defined]
+    if not isinstance(receiver, ast.Name) or receiver.id in ("self", "cls"):
+        return False
+    for scope in _scopes(call):
+        if not isinstance(scope, FunctionNode):
+            continue
+        args = scope.args
+        if receiver.id in [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]:
+            return not any(isinstance(stmt, ast.Assign) and stmt.lineno < call.lineno
+                           and any(isinstance(t, ast.Name) and t.id == receiver.id for t in stmt.targets)
+                           for stmt in executed_nodes(scope))
+        if _bindings(scope, receiver.id):
+            return False
+    return False
+
+
 def _parameters_call(expr: ast.AST) -> ast.Call | None:
-    """``x.parameters()`` itself or wrapped in tuple()/list()/a tuple display."""
+    """``x.parameters()`` itself or wrapped in tuple()/list()/a tuple display, ``x`` the caller's module."""
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "parameters" \
             and not expr.args:
-        return expr
+        return expr if _callers_module(expr) else None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("tuple", "list") \
             and len(expr.args) == 1:
         return _parameters_call(expr.args[0])
