@@ -20,7 +20,11 @@ class FunctionCtxStoresOutput(Rule):
     tuple, a name the returned value was assigned from, or an element the
     returned value is unpacked into (`t, y = ans; ctx.t = t; return ans`).
     Outputs passed to `ctx.mark_non_differentiable`, inputs returned as
-    they are and values that are visibly not tensors are not reported.
+    they are, values that are visibly not tensors, tensors nested in a
+    returned tuple (`apply` passes them through untouched) and outputs
+    whose gradient `backward` never reads (its parameter is `_` or
+    unused: the author treats the output as an index map, a handle or an
+    integer tensor, which get no `grad_fn`) are not reported.
 
     ## Why is this bad?
     When `apply` returns, each differentiable output gets the Function's
@@ -54,9 +58,9 @@ class FunctionCtxStoresOutput(Rule):
             return ans
 
         @staticmethod
-        def backward(ctx, grad_t, grad_y):
+        def backward(ctx, *grads):
             (rate,) = ctx.saved_tensors
-            return grad_y * rate, None
+            return grads[1] * rate, None
     ```
 
     ## Use instead
@@ -72,9 +76,9 @@ class FunctionCtxStoresOutput(Rule):
             return ans
 
         @staticmethod
-        def backward(ctx, grad_t, grad_y):
+        def backward(ctx, *grads):
             rate, event_t = ctx.saved_tensors
-            return grad_y * rate, None
+            return grads[1] * rate, None
     ```
 
     ## Fix safety
@@ -144,6 +148,33 @@ class FunctionCtxStoresOutput(Rule):
         "    @staticmethod\n"
         "    def backward(ctx, g, _):\n"
         "        return g * 3 * torch.tensor(ctx.x_np) ** 2\n",
+        # an index map whose gradient backward ignores (an integer tensor gets no grad_fn)
+        "import torch\n"
+        "class Permute(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, order):\n"
+        "        row_map = torch.argsort(order).to(torch.int32)\n"
+        "        ctx.row_map = row_map\n"
+        "        return x[order], row_map\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, grad, _):\n"
+        "        return grad[ctx.row_map.long()], None\n",
+        # non-tensors nested in the returned tuple are passed through
+        "import torch\n"
+        "class Sample(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(x, mode):\n"
+        "        code = 0 if mode == 'a' else 1\n"
+        "        return x * 2, (code, mode)\n"
+        "    @staticmethod\n"
+        "    def setup_context(ctx, inputs, outputs):\n"
+        "        x, mode = inputs\n"
+        "        _, (code, _) = outputs\n"
+        "        ctx.code = code\n"
+        "        ctx.mode = mode\n"
+        "    @staticmethod\n"
+        "    def backward(ctx, g, _):\n"
+        "        return g * 2, None\n",
         # an intermediate that is not returned
         "import torch\n"
         "class Sq(torch.autograd.Function):\n"
@@ -183,8 +214,8 @@ class FunctionCtxStoresOutput(Rule):
             "        ctx.save_for_backward(y, *params)\n"
             "        return ans\n"
             "    @staticmethod\n"
-            "    def backward(ctx, g_hit, g_y):\n"
-            "        return (g_y * 2,) + (None,) * (len(ctx.saved_tensors) - 1)\n"
+            "    def backward(ctx, *grads):\n"
+            "        return (grads[1] * 2,) + (None,) * (len(ctx.saved_tensors) - 1)\n"
         ),
         # setup_context receives the output
         Invalid(

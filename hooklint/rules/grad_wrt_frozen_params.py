@@ -15,7 +15,8 @@ class GradWrtFrozenParams(Rule):
     """
     ## What it does
     Reports `<module>.parameters()`, for a module the caller hands in (a
-    parameter of the function, not `self`), when the tensors it yields reach the
+    parameter of the function, not `self`, unless every call in the file
+    passes a module it has just built), when the tensors it yields reach the
     `inputs` of `torch.autograd.grad` with no filter on `requires_grad`:
     directly (`torch.autograd.grad(loss, model.parameters())`), through
     names, tuples and `+`, or through a custom `autograd.Function` that
@@ -89,6 +90,16 @@ class GradWrtFrozenParams(Rule):
         "    module = make_module()\n"
         "    out = module(x)\n"
         "    return torch.autograd.grad(out.sum(), (x,) + tuple(module.parameters()), create_graph=True)\n",
+        # every caller in the file hands over a model it just loaded, untouched
+        "import torch\n"
+        "import transformers\n"
+        "def fisher_trace(model, loss_fn, batch):\n"
+        "    grads = torch.autograd.grad(loss_fn(model(batch)), model.parameters())\n"
+        "    return sum((g * g).sum() for g in grads)\n"
+        "def main(path, batch, loss_fn):\n"
+        "    model = transformers.AutoModelForCausalLM.from_pretrained(path)\n"
+        "    model = model.to('cpu')\n"
+        "    print(fisher_trace(model, loss_fn, batch))\n",
         # gradients with respect to inputs
         "import torch\n"
         "def saliency(model, x):\n"

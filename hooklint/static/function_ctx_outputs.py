@@ -80,28 +80,71 @@ def _forward_slot_names(forward: ast.AST) -> list[str] | None:
     return list(names)
 
 
-def _output_names(fn: ast.AST, seeds: set[str]) -> tuple[set[str], set[str]]:
-    """Names bound to (an element of) what ``fn`` returns, and names bound to non-tensors."""
+WHOLE = -1  # the name is the whole return value (one tensor, or a tuple unpacked elsewhere)
+
+
+def _top_level(target: ast.AST) -> list[tuple[str, int]]:
+    """(name, position) of the direct names of a tuple target or display, up to a starred element:
+    a tensor inside a nested tuple is passed through by `apply` untouched (no grad_fn, no cycle)."""
+    out = []
+    for i, elt in enumerate(getattr(target, "elts", ())):
+        if isinstance(elt, ast.Starred):
+            break
+        if isinstance(elt, ast.Name) and elt.id != "_":
+            out.append((elt.id, i))
+    return out
+
+
+def _output_slots(fn: ast.AST, seeds: dict[str, int], exclude: set[str]) -> tuple[dict[str, int], set[str]]:
+    """Names bound to an output of the Function and the output position each is (WHOLE for the whole
+    return value), and names bound to non-tensors."""
     assigns = [n for n in executed_nodes(fn) if isinstance(n, ast.Assign)]
-    out = set(seeds)
+    slots = dict(seeds)
     for node in executed_nodes(fn):
         if isinstance(node, ast.Return):
-            out.update(_names(node.value))
+            if isinstance(node.value, ast.Name):
+                slots.setdefault(node.value.id, WHOLE)
+            elif isinstance(node.value, (ast.Tuple, ast.List)):
+                for name, i in _top_level(node.value):
+                    slots.setdefault(name, i)
     changed = True
     while changed:
         changed = False
         for node in assigns:
-            targets = [n for t in node.targets for n in _names(t)]
-            found: set[str] = set()
-            if any(t in out for t in targets if isinstance(node.value, (ast.Name, ast.Tuple, ast.List))):
-                found.update(_names(node.value))  # `ans = (t, y)` / `out = y` with `ans` / `out` returned
-            if isinstance(node.value, ast.Name) and node.value.id in out:
-                found.update(targets)  # `t, y = ans` with `ans` returned
-            if not found <= out:
-                out |= found
-                changed = True
+            found: dict[str, int] = {}
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in slots:
+                    if isinstance(node.value, ast.Name):  # `out = y` with `out` returned
+                        found[node.value.id] = slots[target.id]
+                    elif isinstance(node.value, (ast.Tuple, ast.List)) and slots[target.id] == WHOLE:
+                        found.update(dict(_top_level(node.value)))  # `ans = (t, y)` with `ans` returned
+                if isinstance(node.value, ast.Name) and slots.get(node.value.id) == WHOLE \
+                        and isinstance(target, (ast.Tuple, ast.List)):
+                    found.update(dict(_top_level(target)))  # `t, y = ans` with `ans` returned
+            for name, slot in found.items():
+                if name not in slots and name not in exclude:
+                    slots[name] = slot
+                    changed = True
     scalar = {n for node in assigns if _non_tensor(node.value) for t in node.targets for n in _names(t)}
-    return out, scalar
+    return slots, scalar
+
+
+def _gradient_read(backward: ast.AST | None, slot: int) -> bool:
+    """Does ``backward`` read the gradient of output ``slot``?  An output whose gradient parameter is
+    `_` or never read is treated by its author as carrying no gradient (an index map, a handle, an
+    integer tensor: none of them gets a grad_fn); gradients taken as ``*grads`` may be any."""
+    if not isinstance(backward, FunctionNode):
+        return True
+    params = positional_params(backward)[1:]
+    slot = max(slot, 0)
+    if slot < len(params):
+        name = params[slot]
+    elif backward.args.vararg is not None:
+        name = backward.args.vararg.arg
+    else:
+        return False
+    return name != "_" and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                               for n in ast.walk(backward))
 
 
 def _non_differentiable(fn: ast.AST, ctx_name: str) -> set[str]:
@@ -115,7 +158,7 @@ def _non_differentiable(fn: ast.AST, ctx_name: str) -> set[str]:
     return marked
 
 
-def _stores(fn: ast.AST, ctx_name: str, outputs: set[str], skip: set[str]) -> list[tuple[ast.Assign, str, str]]:
+def _stores(fn: ast.AST, ctx_name: str, outputs: dict[str, int], skip: set[str]) -> list[tuple[ast.Assign, str, str]]:
     found = []
     for node in executed_nodes(fn):
         if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Name):
@@ -131,7 +174,7 @@ def _stores(fn: ast.AST, ctx_name: str, outputs: set[str], skip: set[str]) -> li
 
 
 def stored_outputs(ctx: FileContext) -> list[StoredOutput]:
-    """``ctx.<attr> = <output>`` in the Functions of the file."""
+    """``ctx.<attr> = <output>`` in the Functions of the file, for outputs whose gradient backward reads."""
     model = ctx.model
     result: list[StoredOutput] = []
     for info in model.classes.values():
@@ -139,33 +182,30 @@ def stored_outputs(ctx: FileContext) -> list[StoredOutput]:
             continue
         forward = info.methods.get("forward")
         setup = info.methods.get("setup_context")
+        backward = info.methods.get("backward")
         if isinstance(forward, FunctionNode) and is_staticmethod(forward) and setup is None:
             params = positional_params(forward)
             if params:
                 ctx_name, inputs = params[0], set(params[1:])
                 if forward.args.vararg is not None:
                     inputs.add(forward.args.vararg.arg)
-                outputs, scalar = _output_names(forward, set())
+                outputs, scalar = _output_slots(forward, {}, inputs | {ctx_name})
                 skip = inputs | scalar | _non_differentiable(forward, ctx_name)
                 for node, attr, name in _stores(forward, ctx_name, outputs, skip):
-                    result.append(StoredOutput(node, attr, name, "forward", info.name))
+                    if _gradient_read(backward, outputs[name]):
+                        result.append(StoredOutput(node, attr, name, "forward", info.name))
         if isinstance(setup, FunctionNode) and is_staticmethod(setup):
             params = positional_params(setup)
             if len(params) == 3:
-                ctx_name, _inputs, output = params
-                outputs, scalar = _output_names(setup, {output})
-                outputs = {n for n in outputs if n != _inputs}
+                ctx_name, inputs_param, output = params
+                outputs, scalar = _output_slots(setup, {output: WHOLE}, {inputs_param, ctx_name})
                 skip = scalar | _non_differentiable(setup, ctx_name)
                 slots = _forward_slot_names(forward) if isinstance(forward, FunctionNode) else None
                 if slots is not None:
-                    _, forward_scalar = _output_names(forward, set())
-                    for node in executed_nodes(setup):  # `_, arr = output` where forward returns `..., arr`
-                        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) \
-                                and node.value.id == output:
-                            for target in node.targets:
-                                elts = _names(target)
-                                if isinstance(target, (ast.Tuple, ast.List)) and len(elts) == len(slots):
-                                    skip |= {e for e, f in zip(elts, slots) if f in forward_scalar}
+                    _, forward_scalar = _output_slots(forward, {}, set())
+                    skip |= {name for name, slot in outputs.items()
+                             if 0 <= slot < len(slots) and slots[slot] in forward_scalar}
                 for node, attr, name in _stores(setup, ctx_name, outputs, skip):
-                    result.append(StoredOutput(node, attr, name, "setup_context", info.name))
+                    if _gradient_read(backward, outputs[name]):
+                        result.append(StoredOutput(node, attr, name, "setup_context", info.name))
     return result

@@ -17,7 +17,9 @@ bindings in the calling function.  A source is ``<x>.parameters()``; the
 chain is quiet when a binding of a name on it, or a loop or comprehension
 over it, mentions ``requires_grad``.  Only modules the caller hands in (a
 parameter of the function around ``parameters()``, not ``self``, not rebound
-before) are followed: a module the code builds itself is as trainable as the
+before, and not one that every call in the file passes freshly built, from a
+constructor or ``from_pretrained``, with no ``requires_grad`` change) are
+followed: a module the code builds itself is as trainable as the
 code made it (torch's own test harness differentiates freshly built modules).
 """
 
@@ -112,12 +114,57 @@ def _callers_module(call: ast.Call) -> bool:
             continue
         args = scope.args
         if receiver.id in [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]:
-            return not any(isinstance(stmt, ast.Assign) and stmt.lineno < call.lineno
-                           and any(isinstance(t, ast.Name) and t.id == receiver.id for t in stmt.targets)
-                           for stmt in executed_nodes(scope))
+            if any(isinstance(stmt, ast.Assign) and stmt.lineno < call.lineno
+                   and any(isinstance(t, ast.Name) and t.id == receiver.id for t in stmt.targets)
+                   for stmt in executed_nodes(scope)):
+                return False
+            return not _built_by_every_caller(scope, receiver.id)
         if _bindings(scope, receiver.id):
             return False
     return False
+
+
+def _fresh_module(caller: ast.AST, name: str) -> bool:
+    """``name`` in ``caller`` is only ever a module built there (a constructor, ``from_pretrained``)
+    and moved or switched (``name.to(...)``, ``name.eval()``), with no ``requires_grad`` change."""
+    if _mentions_requires_grad(caller):
+        return False
+    binds = _bindings(caller, name)
+    if not binds:
+        return False
+    built = False
+    for _stmt, value, starred in binds:
+        if starred or not isinstance(value, ast.Call):
+            return False
+        func = value.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if last == "from_pretrained" or last[:1].isupper():
+            built = True
+        elif not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == name):
+            return False
+    return built
+
+
+def _built_by_every_caller(fn: ast.AST, param: str) -> bool:
+    """Every call of ``fn`` in the file (there is one at least) hands it a module its caller built."""
+    if not isinstance(fn, FunctionNode):
+        return False
+    root = fn
+    while getattr(root, "_hl_parent", None) is not None:
+        root = root._hl_parent  # type: ignore[attr-defined]
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    calls = [n for n in ast.walk(root) if isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Name) and n.func.id == fn.name)]
+    if not calls:
+        return False
+    for site in calls:
+        arg = next((k.value for k in site.keywords if k.arg == param), None)
+        if arg is None and param in params and params.index(param) < len(site.args):
+            arg = site.args[params.index(param)]
+        caller = function_of(site)
+        if not isinstance(arg, ast.Name) or not isinstance(caller, FunctionNode) or not _fresh_module(caller, arg.id):
+            return False
+    return True
 
 
 def _parameters_call(expr: ast.AST) -> ast.Call | None:
