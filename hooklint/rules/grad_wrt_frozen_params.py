@@ -69,7 +69,9 @@ class GradWrtFrozenParams(Rule):
     name = "grad-wrt-frozen-params"
     summary = "torch.autograd.grad is asked for every parameter of a module, frozen ones included"
     severity = Severity.WARNING
-    triggers = ("autograd.grad", "import grad")
+    # the source (`.parameters()`) and the call (`autograd.grad(`, or `grad` imported by name) must both be there
+    triggers = (".parameters()",)
+    trigger_pattern = r"autograd\.grad\(|import[ \t]+grad\b"
 
     VALID: ClassVar[tuple[str, ...]] = (
         # filtered on requires_grad
