@@ -114,6 +114,10 @@ _RULE_MODULES = (
     "hooklint.rules.forward_needs_grad_mode",
     "hooklint.rules.tensor_hook_reads_per_call_state",
     "hooklint.rules.hook_uses_placeholder_it_replaces",
+    # r7b1
+    "hooklint.rules.function_ctx_stores_output",
+    "hooklint.rules.hook_reads_none_attention_slot",
+    "hooklint.rules.grad_wrt_frozen_params",
 )
 
 
