@@ -95,6 +95,17 @@ class LoadHookReplacesTensor(Rule):
         "        self._register_load_state_dict_pre_hook(self._hook)\n"
         "    def _hook(self, state_dict, prefix, *args):\n"
         "        self.weight.materialize(state_dict[prefix + 'weight'].shape)\n",
+        # a buffer registered as None has no tensor to copy into: setting it is how it loads (diffsynth's FP8 scale)
+        "import torch.nn as nn\n"
+        "class ScaledLinear(nn.Linear):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        self.register_buffer('input_scale', None)\n"
+        "    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):\n"
+        "        scale = state_dict.pop(prefix + 'input_scale', None)\n"
+        "        if scale is not None:\n"
+        "            self.input_scale = scale\n"
+        "        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)\n",
         # the hook edits the state dict, not the module
         "import torch.nn as nn\n"
         "def rename(module, state_dict, prefix, *args):\n"

@@ -220,16 +220,22 @@ def _existing_tensor_names(model: SemanticModel, func: ast.AST, skip: set[int]) 
         seen.add(id(cls))
         # an attribute set only to None (a placeholder for a tensor staged later) holds no tensor to replace
         names.update(attr for attr, entries in cls.attributes.items()
-                     if any(not (isinstance(expr, ast.Constant) and expr.value is None) for expr, _s, _n in entries))
+                     if any(not _is_none(expr) and id(node) not in skip for expr, _s, node in entries))
         stack.extend(cls.local_bases)
         for method in cls.methods.values():
             for node in ast.walk(method):
                 if isinstance(node, ast.Call) and id(node) not in skip and _func_name(node) in (
-                        "register_parameter", "register_buffer") and node.args:
+                        "register_parameter", "register_buffer") and node.args \
+                        and not (len(node.args) >= 2 and _is_none(node.args[1])):
+                    # `register_buffer("scale", None)` reserves the name for a tensor the load supplies
                     name = _constant(node.args[0])
                     if name is not None:
                         names.add(name)
     return names
+
+
+def _is_none(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value is None
 
 
 def checkpoint_replacements(model: SemanticModel, hook: LoadHook) -> Iterator[Replacement]:

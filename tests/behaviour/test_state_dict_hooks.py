@@ -115,3 +115,32 @@ def test_handled_lazy_tensors_load(lazy, make):
         assert torch.equal(getattr(module, key), value)
     if make == "OverrideLinear":
         assert not module._forward_pre_hooks  # the initialising hook is gone too
+
+
+def test_buffer_registered_as_none_loads_only_by_assignment():
+    """HKL901's valid None-buffer example (diffsynth's FP8 scale): a buffer
+    registered as None is not in the state dict's copy targets, so the
+    default load leaves it None and calls the key unexpected; an override
+    that sets it is the only way to load it, and there is no old tensor an
+    optimizer or a hook could still hold."""
+
+    class Plain(nn.Linear):
+        def __init__(self):
+            super().__init__(2, 2)
+            self.register_buffer("input_scale", None)
+
+    class Loading(Plain):
+        def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+            scale = state_dict.pop(prefix + "input_scale", None)
+            if scale is not None:
+                self.input_scale = scale
+            super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    source = Plain()
+    state = dict(source.state_dict(), input_scale=torch.tensor(0.5))
+    plain = Plain()
+    result = plain.load_state_dict(dict(state), strict=False)
+    assert plain.input_scale is None and "input_scale" in result.unexpected_keys
+    loading = Loading()
+    loading.load_state_dict(dict(state), strict=False)  # the popped key is "missing" to a strict load
+    assert loading.input_scale.item() == 0.5 and "input_scale" in dict(loading.named_buffers())
