@@ -26,6 +26,19 @@ def body_nodes(func: ast.AST) -> Iterator[ast.AST]:
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
+def own_nodes(func: ast.AST) -> Iterator[ast.AST]:
+    """The nodes that run when the function runs: nested functions, lambdas
+    and classes (their own bodies run at other times) left out, the nested
+    def nodes themselves too.  Unordered (a stack walk)."""
+    stack: list[ast.AST] = list(func.body) if isinstance(func.body, list) else [func.body]  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, FunctionNode + (ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
 def name_uses(func: ast.AST, name: str) -> list[ast.Name]:
     """Loads of ``name`` in the function body, in source order."""
     out = [n for n in body_nodes(func) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]

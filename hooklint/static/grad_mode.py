@@ -29,6 +29,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+from hooklint.static.bodies import own_nodes as _own_nodes
 from hooklint.static.semantic import ClassInfo, FunctionNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -115,16 +116,6 @@ def _self_method_calls(func: FunctionNode) -> Iterator[ast.Call]:
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == self_name:
             yield node
 
-
-def _own_nodes(func: FunctionNode) -> Iterator[ast.AST]:
-    """The function's nodes, nested functions, lambdas and classes left out (they run at other times)."""
-    stack: list[ast.AST] = list(func.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _needs_in(ctx: "FileContext", func: FunctionNode, methods: frozenset[str]) -> list[tuple[ast.Call, str, str]]:

@@ -20,6 +20,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+from hooklint.static.bodies import own_nodes as _own_nodes
 from hooklint.static.hooks import HookKind, Registration
 from hooklint.static.semantic import ClassInfo, FunctionNode
 
@@ -198,12 +199,3 @@ def _computed(value: ast.expr) -> bool:
         return False
     return True
 
-
-def _own_nodes(func: FunctionNode) -> Iterator[ast.AST]:
-    stack: list[ast.AST] = list(func.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))

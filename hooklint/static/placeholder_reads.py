@@ -22,6 +22,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hooklint.static.bodies import own_nodes as _own_nodes
 from hooklint.static.semantic import FunctionNode
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,15 +103,6 @@ def _placeholder_use(ctx: "FileContext", hook: FunctionNode, outer: FunctionNode
                               write)
     return None
 
-
-def _own_nodes(func: ast.AST):
-    stack: list[ast.AST] = list(func.body) if isinstance(func.body, list) else [func.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            continue
-        yield node
-        stack.extend(ast.iter_child_nodes(node))
 
 
 def _assignments(func: FunctionNode) -> dict[str, list[ast.expr]]:
